@@ -1,0 +1,112 @@
+#pragma once
+
+// The interface a backend implements (for backend authors). The core (memory.cpp, ops.cpp)
+// validates arguments, checks the rendezvous order/size agreement across ranks, manages views
+// and workspaces, then calls into the backend. Backends other than host are plugins: shared
+// libraries named libsymmem_<name>.so exporting
+//   extern "C" int symmem_plugin_abi_version();            // must return kPluginAbiVersion
+//   extern "C" symmem::Backend* symmem_plugin_create();    // new'ed; the core owns it
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "symmem/device_handle.hpp"
+#include "symmem/export.hpp"
+#include "symmem/group.hpp"
+#include "symmem/memory.hpp"
+#include "symmem/ops.hpp"
+#include "symmem/types.hpp"
+
+namespace symmem {
+
+inline constexpr int kPluginAbiVersion = 1;
+
+enum class OpKind : int {
+  all_reduce, reduce_scatter, all_gather, all_to_all, all_to_all_v, broadcast, put, get, barrier,
+  kCount
+};
+SYMMEM_API const char* to_string(OpKind k) noexcept;
+
+// One allocation, rendezvoused over one group (the whole allocation, not a view).
+class SYMMEM_API BackendMemory {
+ public:
+  virtual ~BackendMemory();
+  virtual void* ptr(int peer) const = 0;             // nullptr: not directly addressable
+  virtual void* const* ptrs_device() const { return nullptr; }
+  virtual uint32_t* signal_pad(int peer) const = 0;  // device pointer on GPU backends
+  virtual bool direct_access(int peer) const = 0;
+  virtual void barrier(int channel, Millis timeout, Stream stream) = 0;
+  virtual void put_signal(int dst, int channel, Millis timeout, Stream stream) = 0;
+  virtual void wait_signal(int src, int channel, Millis timeout, Stream stream) = 0;
+  // Handle for [offset, offset+length); GPU backends keep device pointer tables per view.
+  virtual DeviceHandle device_handle(size_t offset, size_t length) const;
+};
+
+struct RendezvousInfo {
+  uint64_t alloc_id = 0;        // sequence number of this allocation in the group
+  size_t bytes = 0;             // buffer bytes per rank (>0)
+  size_t signal_pad_bytes = 0;  // pad bytes per rank
+  Device device;
+  Millis timeout{0};
+};
+
+// A resolved op, after the core's validation. Pointers are in the op's device memory.
+struct OpArgs {
+  OpKind kind = OpKind::barrier;
+  const Group* group = nullptr;
+  Device device;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;  // all_reduce: elements; reduce_scatter: recv elements; all_gather: send
+                     // elements; all_to_all: elements per peer; broadcast: elements; put/get: bytes
+  DType dtype = DType::f32;
+  ReduceOp redop = ReduceOp::sum;
+  Algo algo = Algo::automatic;  // SYMMEM_ALGO already applied; the backend resolves automatic
+  int root = -1;                // broadcast root; put/get peer
+  // all_to_all_v
+  const int64_t* send_counts = nullptr;
+  int64_t* recv_counts = nullptr;
+  int64_t* recv_offsets = nullptr;
+  size_t recv_capacity = 0;
+  bool recv_counts_known = false;
+  // put/get
+  SymmetricMemory target;  // the symmetric buffer of put (dst) / get (src), as a view
+  size_t target_offset = 0;
+  bool signal = false;
+  int channel = 0;
+  Stream stream = nullptr;
+  Millis timeout{0};
+  // Symmetric views holding send/recv when they lie in symmetric memory of the group (zero copy).
+  SymmetricMemory send_sym;
+  SymmetricMemory recv_sym;
+  // Returns a workspace of at least `bytes` on every rank of the group (collective the first
+  // time a size is reached: every rank asks for the same size since ops are called with the same
+  // arguments). Growing it during CUDA graph capture is an InvalidArgument error.
+  std::function<SymmetricMemory(size_t bytes)> workspace;
+};
+
+class SYMMEM_API Backend {
+ public:
+  virtual ~Backend();
+  virtual const char* name() const = 0;
+  // Can this backend serve `device` for `group`? If not, `why` says why (and what would).
+  virtual bool can_serve(const Group& group, Device device, std::string* why) const = 0;
+  virtual bool supports(OpKind kind, DType dtype) const = 0;
+  // Allocates this rank's buffer and pad and rendezvous with the group (collective). The core
+  // has already checked that every rank asked for the same size in the same order.
+  virtual std::shared_ptr<BackendMemory> allocate(const Group& group,
+                                                  const RendezvousInfo& info) = 0;
+  virtual void run(const OpArgs& args) = 0;
+};
+
+// Registry. get_backend() loads a plugin on first use (from SYMMEM_PLUGIN_PATH, then the
+// directory of libsymmem); a missing plugin or a failing dependency is BackendUnavailable with
+// the loader's message and the list of available backends.
+SYMMEM_API void register_backend(std::shared_ptr<Backend> backend);
+SYMMEM_API std::shared_ptr<Backend> get_backend(const std::string& name);
+
+}  // namespace symmem

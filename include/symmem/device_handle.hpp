@@ -1,0 +1,37 @@
+#pragma once
+
+// The plain, trivially-copyable view of a symmetric allocation that kernels receive
+// (SymmetricMemory::device_handle()). Host code may pass it by value to a kernel; the
+// device-side helpers in symmem/device/ operate on it. No CUDA headers needed here.
+//
+// Signal pads (NOTE [signal pad]): each rank's pad is an array of uint32_t slots, zero at rest.
+// Slot index = channel * world_size + src. put_signal(dst, ch) by rank src sets dst's slot
+// (ch, src) to 1 with release semantics, after waiting for it to be 0; wait_signal(src, ch) on
+// rank dst waits for its own slot (ch, src) to be 1 with acquire semantics, then resets it to 0.
+// A barrier on channel ch is put_signal to every peer then wait_signal from every peer.
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace symmem {
+
+struct DeviceHandle {
+  int32_t rank = 0;
+  int32_t world_size = 0;
+  uint64_t size = 0;              // bytes of each rank's buffer (this view)
+  uint32_t num_channels = 0;      // signal channels per pad
+  uint32_t pad_slots = 0;         // uint32_t slots per pad (>= num_channels * world_size)
+  void* const* buffers = nullptr;       // [world_size] peer buffer pointers, device memory;
+                                        // nullptr for peers not directly reachable
+  uint32_t* const* signal_pads = nullptr;  // [world_size] peer signal pads, device memory
+  // Where a device-side wait records a timeout (host-mapped); see NOTE [device timeouts].
+  // Layout: [0] = flag (0 ok / 1 timed out), [1] = rank that waited, [2] = channel,
+  // [3] = peer waited on.
+  int32_t* timeout_record = nullptr;
+  uint64_t timeout_ns = 0;        // deadline of every device-side wait, in %globaltimer ns
+};
+
+static_assert(std::is_trivially_copyable_v<DeviceHandle>);
+
+}  // namespace symmem

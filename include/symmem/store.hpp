@@ -1,0 +1,150 @@
+#pragma once
+
+// Key-value rendezvous store. Every blocking call has a deadline; a Timeout error names the
+// keys still missing. Values are arbitrary bytes.
+//
+//   auto store = symmem::Store::connect("tcp://127.0.0.1:29500", token);
+//   store->set("k", symmem::to_bytes("v"));
+//   auto v = store->get("k", std::chrono::seconds(10));
+//
+// Implementations: TcpStore (client of a TcpStoreServer), FileStore (shared filesystem),
+// HashStore (in-process, for tests). All are safe to use from several threads.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "symmem/export.hpp"
+
+namespace symmem {
+
+using Bytes = std::vector<uint8_t>;
+using Millis = std::chrono::milliseconds;
+
+SYMMEM_API Bytes to_bytes(std::string_view s);
+SYMMEM_API std::string to_string(const Bytes& b);
+
+// Limits enforced by every store (and by the TCP wire protocol).
+inline constexpr size_t kStoreMaxKeyBytes = 4096;
+inline constexpr size_t kStoreMaxValueBytes = 64u << 20;  // 64 MiB
+
+class SYMMEM_API Store {
+ public:
+  virtual ~Store();
+
+  virtual void set(const std::string& key, const Bytes& value) = 0;
+  // Waits until `key` exists (up to `timeout`), then returns its value.
+  virtual Bytes get(const std::string& key, Millis timeout) = 0;
+  // Waits until every key exists. Timeout error names the missing keys.
+  virtual void wait(const std::vector<std::string>& keys, Millis timeout) = 0;
+  // Atomically adds `delta` to the integer stored at `key` (absent = 0) and returns the result.
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  // If the value at `key` equals `expected` (absent matches an empty `expected`), replaces it with
+  // `desired`. Returns the value now stored.
+  virtual Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) = 0;
+  // Waits for all keys, returns their values in order.
+  virtual std::vector<Bytes> multi_get(const std::vector<std::string>& keys, Millis timeout) = 0;
+  virtual void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) = 0;
+  // Removes `key`; returns whether it existed.
+  virtual bool remove(const std::string& key) = 0;
+  // Non-blocking: do all these keys exist?
+  virtual bool check(const std::vector<std::string>& keys) = 0;
+  virtual int64_t num_keys() = 0;
+
+  // Connects to "tcp://host:port" or opens "file:///path". `token` is presented to TCP servers
+  // (empty: SYMMEM_STORE_TOKEN). Retries a refused TCP connection until `timeout`.
+  static std::shared_ptr<Store> connect(const std::string& url, const std::string& token = "",
+                                        Millis timeout = Millis(-1));
+};
+
+// In-process store (tests, single-process groups).
+class SYMMEM_API HashStore final : public Store {
+ public:
+  HashStore();
+  ~HashStore() override;
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key, Millis timeout) override;
+  void wait(const std::vector<std::string>& keys, Millis timeout) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  std::vector<Bytes> multi_get(const std::vector<std::string>& keys, Millis timeout) override;
+  void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  bool remove(const std::string& key) override;
+  bool check(const std::vector<std::string>& keys) override;
+  int64_t num_keys() override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Store on a shared filesystem: one directory, safe for concurrent processes on any host that
+// mounts it.
+class SYMMEM_API FileStore final : public Store {
+ public:
+  explicit FileStore(const std::string& path);
+  ~FileStore() override;
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key, Millis timeout) override;
+  void wait(const std::vector<std::string>& keys, Millis timeout) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  std::vector<Bytes> multi_get(const std::vector<std::string>& keys, Millis timeout) override;
+  void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  bool remove(const std::string& key) override;
+  bool check(const std::vector<std::string>& keys) override;
+  int64_t num_keys() override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Client of a TcpStoreServer. One connection per client; thread-safe (calls are serialised).
+// A server that goes away mid-call is a PeerFailure error.
+class SYMMEM_API TcpStore final : public Store {
+ public:
+  TcpStore(const std::string& host, uint16_t port, const std::string& token, Millis connect_timeout);
+  ~TcpStore() override;
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key, Millis timeout) override;
+  void wait(const std::vector<std::string>& keys, Millis timeout) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  std::vector<Bytes> multi_get(const std::vector<std::string>& keys, Millis timeout) override;
+  void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  bool remove(const std::string& key) override;
+  bool check(const std::vector<std::string>& keys) override;
+  int64_t num_keys() override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The TCP store server: one event-loop thread serving any number of clients. Binds to loopback
+// unless `host` says otherwise; port 0 picks a free port. With a non-empty token, a client must
+// present it in its first frame or is dropped. A malformed frame, unknown op or oversized
+// key/value closes only that connection (with a logged reason).
+class SYMMEM_API TcpStoreServer {
+ public:
+  static std::unique_ptr<TcpStoreServer> start(const std::string& host = "127.0.0.1",
+                                               uint16_t port = 0, const std::string& token = "");
+  ~TcpStoreServer();
+  uint16_t port() const;
+  const std::string& host() const;
+  // Stops the loop and closes every connection. Idempotent; also done by the destructor.
+  void stop();
+  // Runs the loop on the calling thread until stop() (for the symmem-store program).
+  void serve_forever();
+
+ private:
+  TcpStoreServer();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace symmem
