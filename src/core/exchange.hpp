@@ -1,0 +1,63 @@
+#pragma once
+
+// StoreExchange: small collectives over a Store, for setup (rendezvous, id exchange).
+// Keys are "<prefix>/<seq>/<rank>"; every user (each backend, each group) passes its own
+// prefix, and seq counts this object's calls, so nothing collides. A timeout error names the
+// ranks that did not arrive. Keys of call seq-1 are removed once call seq completes.
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "symmem/export.hpp"
+#include "symmem/store.hpp"
+
+namespace symmem {
+
+class SYMMEM_API StoreExchange {
+ public:
+  StoreExchange(std::shared_ptr<Store> store, std::string prefix, int rank, int world_size,
+                Millis timeout);
+  ~StoreExchange();
+
+  std::vector<Bytes> all_gather(const Bytes& mine);
+  Bytes broadcast(const Bytes& value, int root);  // value is read on root only
+  void barrier();
+
+  template <class T>
+  std::vector<T> all_gather(const T& mine) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    Bytes b(sizeof(T));
+    std::memcpy(b.data(), &mine, sizeof(T));
+    auto all = all_gather(b);
+    std::vector<T> out(all.size());
+    for (size_t i = 0; i < all.size(); ++i) std::memcpy(&out[i], all[i].data(), sizeof(T));
+    return out;
+  }
+  template <class T>
+  T broadcast(const T& value, int root) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    Bytes b(sizeof(T));
+    std::memcpy(b.data(), &value, sizeof(T));
+    Bytes r = broadcast(b, root);
+    T out;
+    std::memcpy(&out, r.data(), sizeof(T));
+    return out;
+  }
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  const std::string& prefix() const { return prefix_; }
+
+ private:
+  std::shared_ptr<Store> store_;
+  std::string prefix_;
+  int rank_;
+  int world_size_;
+  Millis timeout_;
+  uint64_t seq_ = 0;
+};
+
+}  // namespace symmem
