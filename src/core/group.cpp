@@ -38,8 +38,10 @@ std::map<const Store*, RootNames> g_root_names;
 std::string next_root_name(const std::shared_ptr<Store>& store, int rank) {
   std::lock_guard<std::mutex> lock(g_names_mutex);
   for (auto it = g_root_names.begin(); it != g_root_names.end();) {
-    if (it->second.store.expired()) it = g_root_names.erase(it);
-    else ++it;
+    if (it->second.store.expired())
+      it = g_root_names.erase(it);
+    else
+      ++it;
   }
   auto& entry = g_root_names[store.get()];
   if (entry.store.expired()) {
@@ -153,7 +155,15 @@ JoinRecord decode(const Bytes& b, int from, int rank) {
     for (size_t i = 0; i < g.global_ranks.size(); ++i) {
       if (g.global_ranks[i] != static_cast<int>(i)) identity = false;
     }
-    if (!identity) msg += " (group ranks are global ranks " + list_for_message(g.global_ranks) + ")";
+    if (!identity) {
+      msg += " (ranks above are ranks of group " + g.name + "; group rank -> global rank: ";
+      size_t n = std::min<size_t>(g.global_ranks.size(), 16);
+      for (size_t i = 0; i < n; ++i) {
+        msg += (i ? ", " : "") + std::to_string(i) + "->" + std::to_string(g.global_ranks[i]);
+      }
+      if (n < g.global_ranks.size()) msg += ", ...";
+      msg += ")";
+    }
   }
   throw Error(e.code(), msg);
 }
@@ -193,8 +203,8 @@ std::string host_identity(const std::string& override_id) {
   return id;
 }
 
-std::shared_ptr<Group::Impl> make_root_group(std::shared_ptr<Store> store, int rank,
-                                             int world_size, const GroupOptions& options,
+std::shared_ptr<Group::Impl> make_root_group(std::shared_ptr<Store> store, int rank, int world_size,
+                                             const GroupOptions& options,
                                              std::shared_ptr<TcpStoreServer> server,
                                              bool checkout_on_exit) {
   const char* op = "Group::create";
@@ -206,11 +216,10 @@ std::shared_ptr<Group::Impl> make_root_group(std::shared_ptr<Store> store, int r
                    "is " << options.local_rank);
   SYMMEM_CHECK_ARG(op, rank, options.local_world_size == -1 || options.local_world_size >= 1,
                    "options.local_world_size", "is " << options.local_world_size);
-  SYMMEM_CHECK_ARG(op, rank,
-                   options.local_world_size < 0 || options.local_rank < options.local_world_size,
-                   "options.local_rank",
-                   "is " << options.local_rank << ", not below local_world_size "
-                         << options.local_world_size);
+  SYMMEM_CHECK_ARG(
+      op, rank, options.local_world_size < 0 || options.local_rank < options.local_world_size,
+      "options.local_rank",
+      "is " << options.local_rank << ", not below local_world_size " << options.local_world_size);
 
   auto g = std::make_shared<Group::Impl>();
   g->server = std::move(server);
@@ -284,14 +293,15 @@ std::shared_ptr<Group::Impl> make_root_group(std::shared_ptr<Store> store, int r
     if (contradictions.size() > 8) {
       msg += "; and " + std::to_string(contradictions.size() - 8) + " more";
     }
-    msg += "). Fix LOCAL_RANK/LOCAL_WORLD_SIZE, or set SYMMEM_HOST_ID when ranks share a host "
-           "under different host names";
+    msg +=
+        "). Fix LOCAL_RANK/LOCAL_WORLD_SIZE, or set SYMMEM_HOST_ID when ranks share a host "
+        "under different host names";
     throw_error(ErrorCode::InvalidArgument, op, rank, msg);
   }
 
   g->checkout_on_exit = checkout_on_exit;
-  g->barrier_x = std::make_unique<StoreExchange>(store, g->name + "/b", rank, world_size,
-                                                 g->timeout);
+  g->barrier_x =
+      std::make_unique<StoreExchange>(store, g->name + "/b", rank, world_size, g->timeout);
   int hosts = 0;
   for (int r = 0; r < world_size; ++r) {
     if (std::find(g->host_ids.begin(), g->host_ids.begin() + r, g->host_ids[r]) ==
@@ -312,13 +322,19 @@ Group::Group() = default;
 
 Group Group::create(std::shared_ptr<Store> store, int rank, int world_size,
                     const GroupOptions& options) {
-  return Group(detail::make_root_group(std::move(store), rank, world_size, options, nullptr,
-                                       false));
+  return Group(
+      detail::make_root_group(std::move(store), rank, world_size, options, nullptr, false));
 }
 
-int Group::rank() const { return checked(impl_, "Group::rank")->rank; }
-int Group::world_size() const { return checked(impl_, "Group::world_size")->world_size; }
-int Group::local_rank() const { return checked(impl_, "Group::local_rank")->local_rank; }
+int Group::rank() const {
+  return checked(impl_, "Group::rank")->rank;
+}
+int Group::world_size() const {
+  return checked(impl_, "Group::world_size")->world_size;
+}
+int Group::local_rank() const {
+  return checked(impl_, "Group::local_rank")->local_rank;
+}
 int Group::local_world_size() const {
   return checked(impl_, "Group::local_world_size")->local_world_size;
 }
@@ -332,7 +348,9 @@ bool Group::same_host(int peer) const {
                    "is " << peer << ", not in 0.." << g->world_size - 1);
   return g->host_ids[peer] == g->host_ids[g->rank];
 }
-bool Group::single_host() const { return checked(impl_, "Group::single_host")->single_host; }
+bool Group::single_host() const {
+  return checked(impl_, "Group::single_host")->single_host;
+}
 
 int Group::global_rank(int group_rank) const {
   const auto& g = checked(impl_, "Group::global_rank");
@@ -351,9 +369,15 @@ int Group::group_rank(int global_rank) const {
 const std::vector<int>& Group::global_ranks() const {
   return checked(impl_, "Group::global_ranks")->global_ranks;
 }
-const std::shared_ptr<Store>& Group::store() const { return checked(impl_, "Group::store")->store; }
-Millis Group::timeout() const { return checked(impl_, "Group::timeout")->timeout; }
-const std::string& Group::name() const { return checked(impl_, "Group::name")->name; }
+const std::shared_ptr<Store>& Group::store() const {
+  return checked(impl_, "Group::store")->store;
+}
+Millis Group::timeout() const {
+  return checked(impl_, "Group::timeout")->timeout;
+}
+const std::string& Group::name() const {
+  return checked(impl_, "Group::name")->name;
+}
 
 Group Group::split(const std::vector<int>& ranks) const {
   const char* op = "Group::split";
@@ -370,8 +394,8 @@ Group Group::split(const std::vector<int>& ranks) const {
   }
   auto me = std::find(sorted.begin(), sorted.end(), p->rank);
   SYMMEM_CHECK_ARG(op, p->rank, me != sorted.end(), "ranks",
-                   "= " << list_for_message(sorted) << " does not contain this rank ("
-                        << p->rank << "); only the members call split()");
+                   "= " << list_for_message(sorted) << " does not contain this rank (" << p->rank
+                        << "); only the members call split()");
 
   std::string members = join(sorted);
   if (members.size() > 64) {
@@ -398,16 +422,15 @@ Group Group::split(const std::vector<int>& ranks) const {
     g->global_ranks.push_back(p->global_ranks[r]);
   }
   derive_local(*g);
-  g->barrier_x = std::make_unique<StoreExchange>(g->store, g->name + "/b", g->rank,
-                                                 g->world_size, g->timeout);
+  g->barrier_x =
+      std::make_unique<StoreExchange>(g->store, g->name + "/b", g->rank, g->world_size, g->timeout);
   try {
     g->barrier_x->barrier();  // every member must arrive: a mismatched list fails here, clearly
   } catch (const Error& e) {
-    rethrow_with(e, std::string(op) + "(ranks=" + list_for_message(sorted) + ") of " + p->name,
-                 *g);
+    rethrow_with(e, std::string(op) + "(ranks=" + list_for_message(sorted) + ") of " + p->name, *g);
   }
-  SYMMEM_LOG(INFO, INIT) << "group " << g->name << ": rank " << g->rank << " of "
-                         << g->world_size << " (global rank " << g->global_ranks[g->rank] << ")";
+  SYMMEM_LOG(INFO, INIT) << "group " << g->name << ": rank " << g->rank << " of " << g->world_size
+                         << " (global rank " << g->global_ranks[g->rank] << ")";
   return Group(g);
 }
 

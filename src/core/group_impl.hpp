@@ -48,8 +48,8 @@ SYMMEM_API std::string host_identity(const std::string& override_id);
 // Builds a group over `store` (collective over all `world_size` ranks). Exchanges host ids and
 // checks the launcher's local rank/size in `options` against them. `server` (may be null) is
 // kept alive by the group and its subgroups.
-std::shared_ptr<Group::Impl> make_root_group(std::shared_ptr<Store> store, int rank,
-                                             int world_size, const GroupOptions& options,
+std::shared_ptr<Group::Impl> make_root_group(std::shared_ptr<Store> store, int rank, int world_size,
+                                             const GroupOptions& options,
                                              std::shared_ptr<TcpStoreServer> server,
                                              bool checkout_on_exit);
 
