@@ -429,7 +429,7 @@ void run_collective(Call& c, const OpOptions& o, Check&& check) {
     throw_invalid_argument(c.op, -1, "group", "is not a valid group (default-constructed?)");
   c.rank = c.group->rank();
   c.world = c.group->world_size();
-  c.timeout = resolve_timeout(c.op, c.rank, o.timeout);  // a bad timeout cannot be agreed on
+  c.timeout = Millis(env::get_int_or("SYMMEM_TIMEOUT_MS", 300000));  // until checked below
   // Preliminary device (the checks need to know whether counts live in device memory).
   if (o.device) {
     c.device = *o.device;
@@ -439,6 +439,7 @@ void run_collective(Call& c, const OpOptions& o, Check&& check) {
   }
   LocalError err;
   try {
+    c.timeout = resolve_timeout(c.op, c.rank, o.timeout);
     if (!known_dtype(c.dtype))
       fail_arg(c.op, c.rank, "dtype",
                "has unknown value " + std::to_string(static_cast<int>(c.dtype)));

@@ -84,7 +84,8 @@ class PadSync {
     pads_.resize(world_);
     for (int p = 0; p < world_; ++p) pads_[p] = ws.signal_pad(p);
     deadline_ = SyncClock::now() + timeout_;
-    spin_ = world_ <= static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)) ? 20000 : 200;
+    static const int cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+    oversubscribed_ = world_ > cpus;
   }
 
   int rank() const { return rank_; }
@@ -106,11 +107,22 @@ class PadSync {
   void wait(int src) {
     uint32_t* slot = pads_[rank_] + static_cast<size_t>(sync_ch_) * world_ + src;
     std::atomic_ref<uint32_t> s(*slot);
-    for (int i = 0; i < spin_; ++i) {
-      if (s.load(std::memory_order_acquire) != 0) return consume(s);
-      __builtin_ia32_pause();
+    // Spin ~kSpinTime (not when ranks outnumber cores: the peer needs this core), then yield
+    // ~kYieldTime, then sleep.
+    if (!oversubscribed_) {
+      for (int i = 0; i < 64; ++i) {
+        if (s.load(std::memory_order_acquire) != 0) return consume(s);
+        __builtin_ia32_pause();
+      }
     }
-    for (int i = 0; i < 64; ++i) {
+    const auto t0 = SyncClock::now();
+    while (!oversubscribed_ && SyncClock::now() - t0 < kSpinTime) {
+      for (int i = 0; i < 64; ++i) {
+        if (s.load(std::memory_order_acquire) != 0) return consume(s);
+        __builtin_ia32_pause();
+      }
+    }
+    while (SyncClock::now() - t0 < kYieldTime) {
       if (s.load(std::memory_order_acquire) != 0) return consume(s);
       sched_yield();
     }
@@ -154,7 +166,9 @@ class PadSync {
   std::chrono::milliseconds timeout_;
   int sync_ch_ = 0;
   int sleep_ch_ = 0;
-  int spin_ = 0;
+  bool oversubscribed_ = false;
+  static constexpr std::chrono::microseconds kSpinTime{50};
+  static constexpr std::chrono::microseconds kYieldTime{500};
   std::vector<uint32_t*> pads_;
   SyncClock::time_point deadline_;
 };
