@@ -468,14 +468,14 @@ void check_redop(const Call& c) {
     fail_arg(c.op, c.rank, "op", "has unknown value " + std::to_string(static_cast<int>(c.redop)));
 }
 
-// send/recv pointer pair: each checked, partial overlap rejected; exact in-place `allowed_recv`.
-void check_pair(Call& c, size_t send_bytes, size_t recv_bytes, const void* in_place_send) {
+// send/recv pointer pair: each checked; overlap is only allowed in the op's in-place form.
+void check_pair(Call& c, size_t send_bytes, size_t recv_bytes, bool in_place) {
   size_t es = dtype_size(c.dtype);
   c.send_bytes = send_bytes;
   c.recv_bytes = recv_bytes;
   c.send_sym = check_buffer(c.op, c.rank, *c.group, "send", c.send, send_bytes, es, true).sym;
   c.recv_sym = check_buffer(c.op, c.rank, *c.group, "recv", c.recv, recv_bytes, es, true).sym;
-  if (overlaps(c.send, send_bytes, c.recv, recv_bytes) && c.send != in_place_send) {
+  if (!in_place && overlaps(c.send, send_bytes, c.recv, recv_bytes)) {
     fail_arg(c.op, c.rank, "recv",
              "overlaps 'send' without being the in-place form of this op (see ops.hpp)");
   }
@@ -500,7 +500,7 @@ void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceO
       fail_arg(c.op, c.rank, "algo",
                "has unknown value " + std::to_string(static_cast<int>(c.algo)));
     size_t bytes = checked_bytes(c.op, c.rank, "count", c.count, dtype_size(c.dtype));
-    check_pair(c, bytes, bytes, c.recv);
+    check_pair(c, bytes, bytes, c.send == c.recv);
   });
 }
 
@@ -549,8 +549,7 @@ void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype
     size_t total = checked_bytes(c.op, c.rank, "recv_count", c.count, es, c.world);
     // In place: recv == send + rank * recv_count.
     const void* in_place = c.send ? static_cast<const char*>(c.send) + c.rank * block : nullptr;
-    check_pair(c, total, block, in_place ? in_place : c.recv);
-    if (c.recv == in_place) c.recv_sym = SymmetricMemory();
+    check_pair(c, total, block, in_place != nullptr && c.recv == in_place);
   });
 }
 
@@ -569,7 +568,7 @@ void all_gather(const void* send, void* recv, size_t send_count, DType dtype, co
     size_t total = checked_bytes(c.op, c.rank, "send_count", c.count, es, c.world);
     // In place: send == recv + rank * send_count.
     const void* in_place = c.recv ? static_cast<const char*>(c.recv) + c.rank * block : nullptr;
-    check_pair(c, block, total, in_place ? in_place : c.recv);
+    check_pair(c, block, total, in_place != nullptr && c.send == in_place);
   });
 }
 
@@ -584,7 +583,7 @@ void all_to_all(const void* send, void* recv, size_t count, DType dtype, const G
   c.dtype = dtype;
   run_collective(c, options, [](Call& c) {
     size_t total = checked_bytes(c.op, c.rank, "count", c.count, dtype_size(c.dtype), c.world);
-    check_pair(c, total, total, c.recv);
+    check_pair(c, total, total, c.send == c.recv);
   });
 }
 
@@ -645,7 +644,7 @@ void all_to_all_v(const void* send, const int64_t* send_counts, void* recv, int6
                      std::to_string(want) + ")");
     }
     size_t recv_bytes = checked_bytes(c.op, c.rank, "recv_capacity", cap, es);
-    check_pair(c, send_bytes, recv_bytes, nullptr);
+    check_pair(c, send_bytes, recv_bytes, false);
     if (c.send && c.recv && c.send == c.recv && send_bytes && recv_bytes)
       fail_arg(c.op, c.rank, "recv",
                "is the same buffer as 'send'; all_to_all_v has no in-place form");

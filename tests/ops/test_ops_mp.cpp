@@ -288,7 +288,18 @@ TEST(OpsMp, AllToAllVMoeAndMpiStyles) {
       if (mpi)
         for (int p = 0; p < n; ++p) rc[p] = vcount(p, r, tag);
       size_t cap = static_cast<size_t>(incoming) + 3;
-      Bufs b(sym, std::max<int64_t>(total, 1) * es, cap * es);
+      // Symmetric allocations must have the same size everywhere: the largest of any rank.
+      int64_t max_send = 1, max_recv = 1;
+      for (int p = 0; p < n; ++p) {
+        int64_t out = 0, in = 0;
+        for (int q = 0; q < n; ++q) {
+          out += vcount(p, q, tag);
+          in += vcount(q, p, tag);
+        }
+        max_send = std::max(max_send, out);
+        max_recv = std::max(max_recv, in + 3);
+      }
+      Bufs b(sym, max_send * es, max_recv * es);
       gen(t, r, tag, total, b.send);
       AllToAllVOptions o;
       o.recv_counts_known = mpi;
