@@ -21,7 +21,7 @@ class StoreTest : public ::testing::Test {
   std::shared_ptr<Store> store_;
 };
 
-using Factories = ::testing::Types<HashStoreFactory, TcpStoreFactory>;
+using Factories = ::testing::Types<HashStoreFactory, TcpStoreFactory, FileStoreFactory>;
 class FactoryNames {
  public:
   template <class T>
@@ -229,6 +229,21 @@ TEST(StoreBytes, ToBytesToString) {
   EXPECT_EQ(to_string(to_bytes("hello")), "hello");
   EXPECT_EQ(to_bytes(std::string_view("a\0b", 3)).size(), 3u);
   EXPECT_TRUE(to_bytes("").empty());
+}
+
+}  // namespace
+}  // namespace symmem::test
+
+namespace symmem::test {
+namespace {
+
+TEST(FileStoreUrl, ConnectOpensTheDirectory) {
+  FileStoreFactory f;
+  auto a = f.make();
+  auto b = Store::connect("file://" + f.dir);
+  a->set("shared/key", to_bytes("v"));
+  EXPECT_EQ(to_string(b->get("shared/key", std::chrono::seconds(1))), "v");
+  EXPECT_EQ(b->num_keys(), 1);
 }
 
 }  // namespace
