@@ -34,6 +34,8 @@ namespace symmem {
 namespace {
 
 constexpr size_t kMaxNameBytes = 200;
+// Numbers the temporary files of this process (all FileStore objects share it).
+std::atomic<uint64_t> g_tmp_counter{0};
 
 std::string errno_text(int err) {
   return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")";
@@ -98,7 +100,6 @@ class DirLock {
 struct FileStore::Impl {
   std::string dir;
   std::string host;
-  std::atomic<uint64_t> counter{0};
 
   std::string path_of(const std::string& key) const { return dir + "/" + file_name(key); }
 
@@ -149,7 +150,7 @@ struct FileStore::Impl {
   // Writes `value` under `key` atomically (temporary file + rename). Caller holds a DirLock.
   void write(std::string_view op, const std::string& key, const Bytes& value) {
     std::string tmp = dir + "/t." + host + "." + std::to_string(::getpid()) + "." +
-                      std::to_string(counter.fetch_add(1));
+                      std::to_string(g_tmp_counter.fetch_add(1));
     int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
       throw_error(ErrorCode::System, op, -1, "cannot create " + tmp + ": " + errno_text(errno));

@@ -108,7 +108,11 @@ TYPED_TEST(StoreTest, AddIsAtomicAcrossThreads) {
   for (int i = 0; i < kThreads; ++i) {
     auto s = this->factory_.another(this->store_);
     ts.emplace_back([s] {
-      for (int j = 0; j < kEach; ++j) s->add("atomic", 1);
+      try {
+        for (int j = 0; j < kEach; ++j) s->add("atomic", 1);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
+      }
     });
   }
   for (auto& t : ts) t.join();
@@ -136,7 +140,11 @@ TYPED_TEST(StoreTest, CompareSetElectsOneWinner) {
     auto s = this->factory_.another(this->store_);
     ts.emplace_back([s, i, &winners] {
       Bytes mine = to_bytes("t" + std::to_string(i));
-      if (s->compare_set("leader", Bytes(), mine) == mine) ++winners;
+      try {
+        if (s->compare_set("leader", Bytes(), mine) == mine) ++winners;
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
+      }
     });
   }
   for (auto& t : ts) t.join();
@@ -211,13 +219,18 @@ TYPED_TEST(StoreTest, ConcurrentThreadsSeeEachOthersKeys) {
   for (int i = 0; i < kThreads; ++i) {
     auto s = this->factory_.another(this->store_);
     ts.emplace_back([s, i, &bad] {
-      for (int k = 0; k < kKeys; ++k) {
-        s->set("c/" + std::to_string(i) + "/" + std::to_string(k), to_bytes(std::to_string(k * i)));
-      }
-      int peer = (i + 1) % kThreads;
-      for (int k = 0; k < kKeys; ++k) {
-        auto v = s->get("c/" + std::to_string(peer) + "/" + std::to_string(k), 10s);
-        if (to_string(v) != std::to_string(k * peer)) ++bad;
+      try {
+        for (int k = 0; k < kKeys; ++k) {
+          s->set("c/" + std::to_string(i) + "/" + std::to_string(k),
+                 to_bytes(std::to_string(k * i)));
+        }
+        int peer = (i + 1) % kThreads;
+        for (int k = 0; k < kKeys; ++k) {
+          auto v = s->get("c/" + std::to_string(peer) + "/" + std::to_string(k), 10s);
+          if (to_string(v) != std::to_string(k * peer)) ++bad;
+        }
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "thread " << i << ": " << e.what();
       }
     });
   }
