@@ -49,18 +49,22 @@ using symmem::SymmetricMemory;
 namespace {
 
 [[noreturn]] void throw_cuda(const char* op, int rank, const char* call, cudaError_t e) {
-  symmem::throw_error(ErrorCode::Cuda, op, rank,
-                      std::string(call) + " failed: " + cudaGetErrorName(e) + " (" +
-                          cudaGetErrorString(e) + ")");
+  symmem::throw_error(
+      ErrorCode::Cuda, op, rank,
+      std::string(call) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
 }
-#define SYMMEM_GK_CHECK(c, call)                                     \
-  do {                                                               \
-    cudaError_t symmem_gk_e_ = (call);                               \
+#define SYMMEM_GK_CHECK(c, call)                                                        \
+  do {                                                                                  \
+    cudaError_t symmem_gk_e_ = (call);                                                  \
     if (symmem_gk_e_ != cudaSuccess) throw_cuda((c).op, (c).rank, #call, symmem_gk_e_); \
   } while (0)
 
-size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+size_t align_up(size_t v, size_t a) {
+  return (v + a - 1) / a * a;
+}
+bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
 
 class DeviceGuard {
  public:
@@ -136,10 +140,12 @@ void raise_op_error(const char* op, int rank) {
   const auto code = static_cast<K::OpErrorCode>(v[1]);
   const int who = v[2];
   const int peer = v[3];
-  const int64_t va = static_cast<int64_t>(static_cast<uint64_t>(static_cast<uint32_t>(v[4])) |
-                                          (static_cast<uint64_t>(static_cast<uint32_t>(v[5])) << 32));
-  const int64_t vb = static_cast<int64_t>(static_cast<uint64_t>(static_cast<uint32_t>(v[6])) |
-                                          (static_cast<uint64_t>(static_cast<uint32_t>(v[7])) << 32));
+  const int64_t va =
+      static_cast<int64_t>(static_cast<uint64_t>(static_cast<uint32_t>(v[4])) |
+                           (static_cast<uint64_t>(static_cast<uint32_t>(v[5])) << 32));
+  const int64_t vb =
+      static_cast<int64_t>(static_cast<uint64_t>(static_cast<uint32_t>(v[6])) |
+                           (static_cast<uint64_t>(static_cast<uint32_t>(v[7])) << 32));
   for (int i = 1; i < K::kOpErrorRecordInts; ++i) v[i] = 0;
   std::atomic_thread_fence(std::memory_order_seq_cst);
   v[0] = 0;
@@ -152,8 +158,8 @@ void raise_op_error(const char* op, int rank) {
          << va << " elements to this rank; it received nothing";
       break;
     case K::OpErrorCode::count_mismatch:
-      os << "all_to_all_v: argument 'recv_counts' [" << peer << "] = " << vb << " but rank "
-         << peer << " sends " << va << " elements to this rank";
+      os << "all_to_all_v: argument 'recv_counts' [" << peer << "] = " << vb << " but rank " << peer
+         << " sends " << va << " elements to this rank";
       break;
     case K::OpErrorCode::negative_count:
       os << "all_to_all_v: argument 'send_counts' [" << peer << "] = " << va
@@ -188,7 +194,7 @@ int sm_count(const Call& c, int device) {
 Call make_call(const OpArgs& a) {
   const int rank = a.group->rank();
   const int world = a.group->world_size();
-  Call c{a, symmem::to_string(a.kind), rank, world, static_cast<cudaStream_t>(a.stream), 1, 0, 1,
+  Call c{a,    symmem::to_string(a.kind), rank, world, static_cast<cudaStream_t>(a.stream), 1, 0, 1,
          false};
   const bool typed = a.kind != OpKind::put && a.kind != OpKind::get && a.kind != OpKind::barrier;
   if (typed) c.es = symmem::dtype_size(a.dtype);
@@ -326,10 +332,11 @@ K::KType ktype(const Call& c) {
     case DType::bf16:
       return K::KType::bf16;
     default:
-      symmem::throw_error(ErrorCode::Unsupported, c.op, c.rank,
-                          std::string("the cuda backend has no ") + c.op + " for dtype " +
-                              symmem::to_string(c.a.dtype) +
-                              " (f32, f16 and bf16 are supported; the host backend has the others)");
+      symmem::throw_error(
+          ErrorCode::Unsupported, c.op, c.rank,
+          std::string("the cuda backend has no ") + c.op + " for dtype " +
+              symmem::to_string(c.a.dtype) +
+              " (f32, f16 and bf16 are supported; the host backend has the others)");
   }
 }
 
@@ -478,7 +485,8 @@ void reduce_scatter(const Call& c) {
                "launch_reduce");
 }
 
-// ---- all_gather / all_to_all / broadcast / barrier -------------------------------------------------
+// ---- all_gather / all_to_all / broadcast / barrier
+// -------------------------------------------------
 void all_gather(const Call& c) {
   const OpArgs& a = c.a;
   const size_t n = a.count * c.es;
@@ -675,4 +683,6 @@ void cuda_run_op(const OpArgs& a) {
   }
 }
 
-void cuda_raise_device_errors(const char* op, int rank) { raise_op_error(op, rank); }
+void cuda_raise_device_errors(const char* op, int rank) {
+  raise_op_error(op, rank);
+}

@@ -99,7 +99,9 @@ SYMMEM_KDEV uint64_t deadline_after(uint64_t timeout_ns) {
 SYMMEM_KDEV uint32_t* ctrl_words(const SyncArgs& s) {
   return reinterpret_cast<uint32_t*>(peer(s.ctrl, s.rank));
 }
-SYMMEM_KDEV uint32_t read_epoch(const SyncArgs& s) { return ld_volatile_u32(ctrl_words(s)); }
+SYMMEM_KDEV uint32_t read_epoch(const SyncArgs& s) {
+  return ld_volatile_u32(ctrl_words(s));
+}
 
 // Every block calls this once at its end (all threads). The last block resets the done counter
 // and advances the epoch; the next kernel on the stream sees it (kernel boundary).
@@ -117,7 +119,9 @@ SYMMEM_KDEV void finish_epoch(const SyncArgs& s, uint32_t epoch) {
   }
 }
 
-SYMMEM_KDEV uint32_t flag_value(uint32_t epoch, uint32_t phase) { return (epoch << 2) | phase; }
+SYMMEM_KDEV uint32_t flag_value(uint32_t epoch, uint32_t phase) {
+  return (epoch << 2) | phase;
+}
 
 // Pairwise barrier of block blockIdx.x with the same block of every rank (all threads call it).
 // Releases this block's earlier writes, acquires the peers' blocks' writes. Returns false on

@@ -40,9 +40,9 @@
 
 namespace symmem::cuda::kernels {
 
-inline constexpr int kThreads = 512;          // threads per block of every collective kernel
-inline constexpr int kMaxBlocks = 256;        // flag rows per rank (blocks of a barrier kernel)
-inline constexpr int kMaxInlinePeers = 32;    // peer pointers passed by value up to this world
+inline constexpr int kThreads = 512;        // threads per block of every collective kernel
+inline constexpr int kMaxBlocks = 256;      // flag rows per rank (blocks of a barrier kernel)
+inline constexpr int kMaxInlinePeers = 32;  // peer pointers passed by value up to this world
 inline constexpr size_t kCtrlFlagsOffset = 256;
 inline constexpr size_t kLLTotalDataBytes = 2u << 20;  // LL capacity, split among the sources
 
@@ -108,12 +108,12 @@ struct ReduceArgs {
   SyncArgs sync;
   ReduceMode mode = ReduceMode::two_shot;
   KRed red = KRed::sum;
-  PeerPtrs in;               // every rank's input (16-byte aligned)
-  PeerPtrs out;              // two_shot: where reduced shards are pushed (16-byte aligned)
+  PeerPtrs in;                    // every rank's input (16-byte aligned)
+  PeerPtrs out;                   // two_shot: where reduced shards are pushed (16-byte aligned)
   const char* copy_in = nullptr;  // ordinary input copied into in[rank] first (nullptr: none)
-  int64_t count = 0;         // all_reduce: elements; reduce_scatter: elements per rank
-  int64_t in_stride = 0;     // reduce_scatter: bytes between rank blocks of `in` (16-aligned)
-  char* direct_out = nullptr;  // one_shot / reduce_scatter: local result (any alignment)
+  int64_t count = 0;              // all_reduce: elements; reduce_scatter: elements per rank
+  int64_t in_stride = 0;          // reduce_scatter: bytes between rank blocks of `in` (16-aligned)
+  char* direct_out = nullptr;     // one_shot / reduce_scatter: local result (any alignment)
   const char* copy_out_src = nullptr;  // after the last barrier: copy this ...
   char* copy_out_dst = nullptr;        // ... to here (nullptr: none)
 };
@@ -162,9 +162,9 @@ struct CopyArgs {
 // 1 set), [1] code, [2] rank, [3] peer, [4..5] value a (int64, lo/hi), [6..7] value b.
 enum class OpErrorCode : int {
   none = 0,
-  capacity = 1,         // a: elements to receive, b: capacity
-  count_mismatch = 2,   // peer sends a elements, this rank expected b
-  negative_count = 3,   // peer index in [3], a: the count
+  capacity = 1,            // a: elements to receive, b: capacity
+  count_mismatch = 2,      // peer sends a elements, this rank expected b
+  negative_count = 3,      // peer index in [3], a: the count
   zero_copy_mismatch = 4,  // peer in [3]; a: peer's (alloc id << 32 | which), b: its offset
 };
 inline constexpr int kOpErrorRecordInts = 8;

@@ -67,7 +67,8 @@ __global__ void __launch_bounds__(kThreads, 2) move_kernel(const MoveArgs a) {
       if (rank == a.root && a.copy_in != nullptr) copy_share(peer(a.src, rank), a.copy_in, n, b, G);
       ok = block_barrier(s, flag_value(epoch, 1), deadline) && desc_agree(s);
       if (ok) {
-        const char* from = rank == a.root && a.local_in != nullptr ? a.local_in : peer(a.src, a.root);
+        const char* from =
+            rank == a.root && a.local_in != nullptr ? a.local_in : peer(a.src, a.root);
         copy_share(a.local_out, from, n, b, G);
       }
       ok = ok && block_barrier(s, flag_value(epoch, 2), deadline);

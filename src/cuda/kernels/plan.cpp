@@ -4,7 +4,9 @@
 
 namespace symmem::cuda::kernels {
 namespace {
-size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+size_t align_up(size_t v, size_t a) {
+  return (v + a - 1) / a * a;
+}
 }  // namespace
 
 WsLayout ws_layout(int world) {
