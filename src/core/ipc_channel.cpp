@@ -53,7 +53,9 @@ struct Message {
   int pid = 0;
 };
 
-std::string errno_text(int e) { return std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")"; }
+std::string errno_text(int e) {
+  return std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")";
+}
 
 void close_all(const std::vector<int>& fds) {
   for (int fd : fds) ::close(fd);
@@ -90,9 +92,9 @@ socklen_t make_addr(const std::string& address, sockaddr_un* sa, const char* op,
   sa->sun_family = AF_UNIX;
   bool abstract = !address.empty() && address[0] == '@';
   size_t n = address.size();
-  SYMMEM_CHECK_ARG(op, rank, n > 1 && n < sizeof(sa->sun_path), "address",
-                   "'" << address << "' is empty or longer than " << sizeof(sa->sun_path) - 1
-                       << " characters");
+  SYMMEM_CHECK_ARG(
+      op, rank, n > 1 && n < sizeof(sa->sun_path), "address",
+      "'" << address << "' is empty or longer than " << sizeof(sa->sun_path) - 1 << " characters");
   std::memcpy(sa->sun_path, address.data(), n);
   if (abstract) sa->sun_path[0] = '\0';
   return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + n + (abstract ? 0 : 1));
@@ -252,8 +254,8 @@ IpcChannel::IpcChannel(int rank) : impl_(std::make_unique<Impl>()) {
       int e = errno;
       impl_->cleanup();
       throw_error(ErrorCode::System, op, rank,
-                  "the socket directory '" + dir + "' is not a private (0700) directory of ours: " +
-                      errno_text(e));
+                  "the socket directory '" + dir +
+                      "' is not a private (0700) directory of ours: " + errno_text(e));
     }
     impl_->path = path;
     impl_->address = path;
@@ -295,8 +297,12 @@ IpcChannel::~IpcChannel() {
   impl_->cleanup();
 }
 
-const std::string& IpcChannel::address() const { return impl_->address; }
-const std::string& IpcChannel::directory() const { return impl_->dir; }
+const std::string& IpcChannel::address() const {
+  return impl_->address;
+}
+const std::string& IpcChannel::directory() const {
+  return impl_->dir;
+}
 
 void IpcChannel::send_fds(const std::string& peer_address, int peer_rank, const std::string& tag,
                           const std::vector<int>& fds, const Bytes& payload, Millis timeout) {
@@ -323,12 +329,11 @@ void IpcChannel::send_fds(const std::string& peer_address, int peer_rank, const 
     fd = -1;
     if (e == ECONNREFUSED || e == ENOENT) {
       throw_error(ErrorCode::PeerFailure, op, rank,
-                  who + " is gone: its IPC socket no longer accepts connections (" +
-                      errno_text(e) + ") while sending '" + tag + "'");
+                  who + " is gone: its IPC socket no longer accepts connections (" + errno_text(e) +
+                      ") while sending '" + tag + "'");
     }
     if (e != EAGAIN && e != EINTR) {
-      throw_error(ErrorCode::System, op, rank,
-                  "connect to " + who + " failed: " + errno_text(e));
+      throw_error(ErrorCode::System, op, rank, "connect to " + who + " failed: " + errno_text(e));
     }
     if (Clock::now() >= deadline) {
       throw_error(ErrorCode::Timeout, op, rank,
@@ -350,12 +355,17 @@ void IpcChannel::send_fds(const std::string& peer_address, int peer_rank, const 
                     ", not ours (" + std::to_string(::geteuid()) + ")");
   }
 
-  Header h{kMagic, kVersion, static_cast<uint32_t>(tag.size()),
-           static_cast<uint32_t>(payload.size()), static_cast<uint32_t>(fds.size()), 0};
+  Header h{kMagic,
+           kVersion,
+           static_cast<uint32_t>(tag.size()),
+           static_cast<uint32_t>(payload.size()),
+           static_cast<uint32_t>(fds.size()),
+           0};
   std::vector<char> data(sizeof(h) + tag.size() + payload.size());
   std::memcpy(data.data(), &h, sizeof(h));
   std::memcpy(data.data() + sizeof(h), tag.data(), tag.size());
-  if (!payload.empty()) std::memcpy(data.data() + sizeof(h) + tag.size(), payload.data(), payload.size());
+  if (!payload.empty())
+    std::memcpy(data.data() + sizeof(h) + tag.size(), payload.data(), payload.size());
 
   size_t sent = 0;
   bool fds_sent = fds.empty();
@@ -385,12 +395,11 @@ void IpcChannel::send_fds(const std::string& peer_address, int peer_rank, const 
       int e = errno;
       if (e == EINTR || e == EAGAIN) continue;
       if (e == EPIPE || e == ECONNRESET) {
-        throw_error(ErrorCode::PeerFailure, op, rank,
-                    who + " closed the connection while receiving '" + tag + "' (" +
-                        errno_text(e) + ")");
+        throw_error(
+            ErrorCode::PeerFailure, op, rank,
+            who + " closed the connection while receiving '" + tag + "' (" + errno_text(e) + ")");
       }
-      throw_error(ErrorCode::System, op, rank,
-                  "sendmsg to " + who + " failed: " + errno_text(e));
+      throw_error(ErrorCode::System, op, rank, "sendmsg to " + who + " failed: " + errno_text(e));
     }
     fds_sent = true;
     sent += static_cast<size_t>(n);
@@ -419,8 +428,8 @@ std::vector<int> IpcChannel::recv_fds(const std::string& tag, int peer_rank, Byt
     auto now = Clock::now();
     if (now >= deadline) {
       throw_error(ErrorCode::Timeout, op, rank,
-                  "timed out after " + std::to_string(timeout.count()) + " ms waiting for '" +
-                      tag + "' from peer rank " + std::to_string(peer_rank));
+                  "timed out after " + std::to_string(timeout.count()) + " ms waiting for '" + tag +
+                      "' from peer rank " + std::to_string(peer_rank));
     }
     if (peer_pid > 0 && now >= next_liveness) {
       next_liveness = now + kLivenessInterval;
@@ -451,9 +460,8 @@ std::vector<int> IpcChannel::recv_fds(const std::string& tag, int peer_rank, Byt
     if (conn >= 0) {
       struct ucred cr = peer_cred(conn);
       if (cr.uid != ::geteuid()) {
-        SYMMEM_LOG(WARN, IPC) << "IpcChannel: rank " << rank
-                              << ": refused a connection from uid " << cr.uid << " (pid "
-                              << cr.pid << "): not our user";
+        SYMMEM_LOG(WARN, IPC) << "IpcChannel: rank " << rank << ": refused a connection from uid "
+                              << cr.uid << " (pid " << cr.pid << "): not our user";
       } else {
         m.pid = cr.pid;
         ok = impl_->read_message(conn, deadline, &got_tag, &m);

@@ -153,8 +153,9 @@ std::string selected_backend(std::string* source) {
 
 bool valid_backend_name(const std::string& n) {
   if (n.empty() || n.size() > 23) return false;
-  return std::all_of(n.begin(), n.end(),
-                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
+  return std::all_of(n.begin(), n.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
 }
 
 // Resolves `requested` ("auto" or a name) for (group, device). Throws BackendUnavailable only when
@@ -171,8 +172,8 @@ std::string resolve(const std::string& requested, const std::string& source, con
   }
   if (group.single_host()) {
     if (why != nullptr) {
-      *why = "auto: GPU buffers and all " + std::to_string(group.world_size()) +
-             " ranks on one host";
+      *why =
+          "auto: GPU buffers and all " + std::to_string(group.world_size()) + " ranks on one host";
     }
     return "cuda";
   }
@@ -227,7 +228,9 @@ void check_channel(const detail::Allocation& a, std::string_view op, int channel
   }
 }
 
-Millis resolve_timeout(const detail::Allocation& a, Millis t) { return t.count() < 0 ? a.timeout : t; }
+Millis resolve_timeout(const detail::Allocation& a, Millis t) {
+  return t.count() < 0 ? a.timeout : t;
+}
 
 // ---- the agreement record -----------------------------------------------------------------
 
@@ -246,8 +249,8 @@ struct AllocRecord {
 std::string describe_record(const AllocRecord& r) {
   std::ostringstream os;
   Device d{static_cast<DeviceType>(r.device_type), r.device_index};
-  os << "#" << r.seq << ": " << r.bytes << " bytes on " << to_string(d) << ", backend "
-     << r.backend << ", signal pad " << r.pad_bytes << " bytes";
+  os << "#" << r.seq << ": " << r.bytes << " bytes on " << to_string(d) << ", backend " << r.backend
+     << ", signal pad " << r.pad_bytes << " bytes";
   if (r.error_code != 0) os << " [local error: " << r.error << "]";
   return os.str();
 }
@@ -297,12 +300,10 @@ SymmetricMemory allocate_impl(const Group& group, size_t bytes, Device device,
     SYMMEM_CHECK_ARG(op, rank, pad % sizeof(uint32_t) == 0, pad_arg,
                      "= " << pad << " is not a multiple of 4 (slots are uint32_t)");
     SYMMEM_CHECK_ARG(op, rank, pad / sizeof(uint32_t) >= static_cast<size_t>(world), pad_arg,
-                     "= " << pad << " gives " << pad / sizeof(uint32_t)
-                          << " slots, fewer than the " << world
-                          << " one channel needs (one slot per rank); use at least "
+                     "= " << pad << " gives " << pad / sizeof(uint32_t) << " slots, fewer than the "
+                          << world << " one channel needs (one slot per rank); use at least "
                           << world * sizeof(uint32_t));
-    SYMMEM_CHECK_ARG(op, rank, pad <= (size_t{1} << 30), pad_arg,
-                     "= " << pad << " exceeds 1 GiB");
+    SYMMEM_CHECK_ARG(op, rank, pad <= (size_t{1} << 30), pad_arg, "= " << pad << " exceeds 1 GiB");
     std::string requested = options.backend;
     std::string source = "AllocOptions::backend";
     if (requested.empty() || requested == "auto") requested = selected_backend(&source);
@@ -393,16 +394,16 @@ SymmetricMemory allocate_impl(const Group& group, size_t bytes, Device device,
   info.bytes = bytes;
   info.signal_pad_bytes = mine.pad_bytes;
   info.device = device;
-  info.timeout = group.timeout().count() > 0
-                     ? group.timeout()
-                     : Millis(env::get_int_or("SYMMEM_TIMEOUT_MS", 300000));
+  info.timeout = group.timeout().count() > 0 ? group.timeout()
+                                             : Millis(env::get_int_or("SYMMEM_TIMEOUT_MS", 300000));
 
   auto a = std::make_shared<detail::Allocation>();
   a->backend = backend;
   a->backend_name = backend_name;
   if (workspace) {
     // Aliasing constructor with an empty owner: a non-owning handle on the group.
-    a->group = Group(std::shared_ptr<Group::Impl>(std::shared_ptr<Group::Impl>(), group.impl().get()));
+    a->group =
+        Group(std::shared_ptr<Group::Impl>(std::shared_ptr<Group::Impl>(), group.impl().get()));
   } else {
     a->group = group;
   }
@@ -439,7 +440,9 @@ SymmetricMemory allocate_impl(const Group& group, size_t bytes, Device device,
 
 namespace detail {
 
-Allocation::~Allocation() { release(); }
+Allocation::~Allocation() {
+  release();
+}
 
 void Allocation::release() noexcept {
   freed.store(true, std::memory_order_release);
@@ -465,7 +468,9 @@ void Allocation::release() noexcept {
 
 SymmetricMemory::SymmetricMemory() = default;
 
-int SymmetricMemory::rank() const { return meta(impl_, "SymmetricMemory::rank").rank; }
+int SymmetricMemory::rank() const {
+  return meta(impl_, "SymmetricMemory::rank").rank;
+}
 int SymmetricMemory::world_size() const {
   return meta(impl_, "SymmetricMemory::world_size").world_size;
 }
@@ -477,11 +482,15 @@ size_t SymmetricMemory::offset() const {
   meta(impl_, "SymmetricMemory::offset");
   return impl_->offset;
 }
-Device SymmetricMemory::device() const { return meta(impl_, "SymmetricMemory::device").device; }
+Device SymmetricMemory::device() const {
+  return meta(impl_, "SymmetricMemory::device").device;
+}
 const std::string& SymmetricMemory::backend() const {
   return meta(impl_, "SymmetricMemory::backend").backend_name;
 }
-const Group& SymmetricMemory::group() const { return meta(impl_, "SymmetricMemory::group").group; }
+const Group& SymmetricMemory::group() const {
+  return meta(impl_, "SymmetricMemory::group").group;
+}
 uint64_t SymmetricMemory::alloc_id() const {
   return meta(impl_, "SymmetricMemory::alloc_id").alloc_id;
 }
@@ -561,9 +570,9 @@ SymmetricMemory SymmetricMemory::view(size_t offset, size_t length) const {
   const auto& a = usable(impl_, op);
   SYMMEM_CHECK_ARG(op, a.rank, length > 0, "length", "= 0; a view needs at least one byte");
   SYMMEM_CHECK_ARG(op, a.rank, offset <= impl_->length && length <= impl_->length - offset,
-                   "offset", "= " << offset << " with length " << length
-                                  << " exceeds the view's " << impl_->length << " bytes ("
-                                  << a.label << ")");
+                   "offset",
+                   "= " << offset << " with length " << length << " exceeds the view's "
+                        << impl_->length << " bytes (" << a.label << ")");
   auto v = std::make_shared<Impl>();
   v->alloc = impl_->alloc;
   v->offset = impl_->offset + offset;
@@ -620,7 +629,8 @@ void select_backend(const std::string& name) {
 }
 
 std::string resolve_backend(const Group& group, Device device, std::string* why) {
-  if (!group.valid()) throw_invalid_argument("resolve_backend", -1, "group", "is not a valid Group");
+  if (!group.valid())
+    throw_invalid_argument("resolve_backend", -1, "group", "is not a valid Group");
   std::string source;
   std::string requested = selected_backend(&source);
   return resolve(requested, source, group, device, why);
@@ -690,9 +700,9 @@ SymmetricMemory group_workspace(const Group& group, Device device, size_t bytes)
   size_t old = ws.valid() ? ws.size() : 0;
   size_t want = std::max(bytes, 2 * old);
   want = (want + kWorkspaceGranule - 1) / kWorkspaceGranule * kWorkspaceGranule;
-  SYMMEM_LOG(INFO, ALLOC) << "rank " << group.rank() << ": group " << group.name() << " workspace on "
-                          << to_string(device) << " grows from " << old << " to " << want
-                          << " bytes";
+  SYMMEM_LOG(INFO, ALLOC) << "rank " << group.rank() << ": group " << group.name()
+                          << " workspace on " << to_string(device) << " grows from " << old
+                          << " to " << want << " bytes";
   ws = SymmetricMemory();  // the old one goes when its last user drops it
   ws = allocate_impl(group, want, device, AllocOptions{}, true);
   return ws;

@@ -40,16 +40,26 @@ DeviceHandle BackendMemory::device_handle(size_t /*offset*/, size_t length) cons
 
 const char* to_string(OpKind k) noexcept {
   switch (k) {
-    case OpKind::all_reduce: return "all_reduce";
-    case OpKind::reduce_scatter: return "reduce_scatter";
-    case OpKind::all_gather: return "all_gather";
-    case OpKind::all_to_all: return "all_to_all";
-    case OpKind::all_to_all_v: return "all_to_all_v";
-    case OpKind::broadcast: return "broadcast";
-    case OpKind::put: return "put";
-    case OpKind::get: return "get";
-    case OpKind::barrier: return "barrier";
-    case OpKind::kCount: break;
+    case OpKind::all_reduce:
+      return "all_reduce";
+    case OpKind::reduce_scatter:
+      return "reduce_scatter";
+    case OpKind::all_gather:
+      return "all_gather";
+    case OpKind::all_to_all:
+      return "all_to_all";
+    case OpKind::all_to_all_v:
+      return "all_to_all_v";
+    case OpKind::broadcast:
+      return "broadcast";
+    case OpKind::put:
+      return "put";
+    case OpKind::get:
+      return "get";
+    case OpKind::barrier:
+      return "barrier";
+    case OpKind::kCount:
+      break;
   }
   return "unknown";
 }
@@ -133,8 +143,9 @@ std::shared_ptr<Backend> load_plugin(const std::string& name, std::string* why) 
   auto abi = reinterpret_cast<AbiFn>(::dlsym(h, "symmem_plugin_abi_version"));
   auto create = reinterpret_cast<CreateFn>(::dlsym(h, "symmem_plugin_create"));
   if (abi == nullptr || create == nullptr) {
-    *why = path + " is not a symmem plugin: it lacks symmem_plugin_abi_version or "
-                  "symmem_plugin_create";
+    *why = path +
+           " is not a symmem plugin: it lacks symmem_plugin_abi_version or "
+           "symmem_plugin_create";
     return nullptr;  // left loaded: unloading code that may have run initializers is unsafe
   }
   int v = abi();
@@ -209,9 +220,9 @@ std::shared_ptr<Backend> get_backend(const std::string& name) {
   auto b = detail::try_get_backend(name, &why);
   if (b) return b;
   auto avail = available_backends();
-  throw_error(ErrorCode::BackendUnavailable, "get_backend", -1,
-              "backend '" + name + "' is unavailable: " + why + "; available backends: " +
-                  join(avail));
+  throw_error(
+      ErrorCode::BackendUnavailable, "get_backend", -1,
+      "backend '" + name + "' is unavailable: " + why + "; available backends: " + join(avail));
 }
 
 std::vector<std::string> available_backends() {

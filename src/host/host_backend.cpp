@@ -44,12 +44,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kPage = 4096;
-constexpr int64_t kSleepSliceNs = 20'000'000;                  // longest single futex sleep
-constexpr auto kLivenessInterval = std::chrono::milliseconds(50);  // how often dead peers are sought
-constexpr auto kSpinAlone = std::chrono::microseconds(20);     // spin before sleeping: cores to spare
-constexpr auto kSpinCrowded = std::chrono::microseconds(0);    // ranks outnumber cores
+constexpr int64_t kSleepSliceNs = 20'000'000;  // longest single futex sleep
+constexpr auto kLivenessInterval =
+    std::chrono::milliseconds(50);                           // how often dead peers are sought
+constexpr auto kSpinAlone = std::chrono::microseconds(20);   // spin before sleeping: cores to spare
+constexpr auto kSpinCrowded = std::chrono::microseconds(0);  // ranks outnumber cores
 
-size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+size_t round_up(size_t v, size_t a) {
+  return (v + a - 1) / a * a;
+}
 
 std::string errno_text(int e) {
   return std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")";
@@ -71,7 +74,9 @@ class PidWatch {
   }
   PidWatch(const PidWatch&) = delete;
   PidWatch& operator=(const PidWatch&) = delete;
-  int pid() const { return pid_; }
+  int pid() const {
+    return pid_;
+  }
   bool alive() const {
     if (pid_ <= 0 || pid_ == ::getpid()) return true;
     if (fd_ >= 0) {
@@ -161,31 +166,37 @@ class HostMemory final : public BackendMemory {
   void put_signal(int dst, int channel, Millis timeout, Stream) override {
     auto s = slot(dst, channel, rank_);
     bool done = false;
-    wait("put_signal", channel, timeout, [&] {
-      if (!done && s.load(std::memory_order_acquire) == 0) {
-        s.store(1, std::memory_order_release);
-        ring(ctrl(dst));
-        done = true;
-      }
-      return done;
-    }, [&](std::vector<Pending>* p) {
-      if (!done) p->push_back({dst, true});
-    });
+    wait(
+        "put_signal", channel, timeout,
+        [&] {
+          if (!done && s.load(std::memory_order_acquire) == 0) {
+            s.store(1, std::memory_order_release);
+            ring(ctrl(dst));
+            done = true;
+          }
+          return done;
+        },
+        [&](std::vector<Pending>* p) {
+          if (!done) p->push_back({dst, true});
+        });
   }
 
   void wait_signal(int src, int channel, Millis timeout, Stream) override {
     auto s = slot(rank_, channel, src);
     bool done = false;
-    wait("wait_signal", channel, timeout, [&] {
-      if (!done && s.load(std::memory_order_acquire) == 1) {
-        s.store(0, std::memory_order_release);
-        ring(ctrl(src));
-        done = true;
-      }
-      return done;
-    }, [&](std::vector<Pending>* p) {
-      if (!done) p->push_back({src, false});
-    });
+    wait(
+        "wait_signal", channel, timeout,
+        [&] {
+          if (!done && s.load(std::memory_order_acquire) == 1) {
+            s.store(0, std::memory_order_release);
+            ring(ctrl(src));
+            done = true;
+          }
+          return done;
+        },
+        [&](std::vector<Pending>* p) {
+          if (!done) p->push_back({src, false});
+        });
   }
 
   void barrier(int channel, Millis timeout, Stream) override {
@@ -194,36 +205,39 @@ class HostMemory final : public BackendMemory {
     std::vector<uint8_t> need(world_, 3);
     need[rank_] = 0;
     int left = 2 * (world_ - 1);
-    wait("barrier", channel, timeout, [&] {
-      for (int p = 0; p < world_; ++p) {
-        if (need[p] & 1) {
-          auto s = slot(p, channel, rank_);
-          if (s.load(std::memory_order_acquire) == 0) {
-            s.store(1, std::memory_order_release);
-            ring(ctrl(p));
-            need[p] &= ~1;
-            --left;
+    wait(
+        "barrier", channel, timeout,
+        [&] {
+          for (int p = 0; p < world_; ++p) {
+            if (need[p] & 1) {
+              auto s = slot(p, channel, rank_);
+              if (s.load(std::memory_order_acquire) == 0) {
+                s.store(1, std::memory_order_release);
+                ring(ctrl(p));
+                need[p] &= ~1;
+                --left;
+              }
+            }
           }
-        }
-      }
-      for (int p = 0; p < world_; ++p) {
-        if (need[p] & 2) {
-          auto s = slot(rank_, channel, p);
-          if (s.load(std::memory_order_acquire) == 1) {
-            s.store(0, std::memory_order_release);
-            ring(ctrl(p));
-            need[p] &= ~2;
-            --left;
+          for (int p = 0; p < world_; ++p) {
+            if (need[p] & 2) {
+              auto s = slot(rank_, channel, p);
+              if (s.load(std::memory_order_acquire) == 1) {
+                s.store(0, std::memory_order_release);
+                ring(ctrl(p));
+                need[p] &= ~2;
+                --left;
+              }
+            }
           }
-        }
-      }
-      return left == 0;
-    }, [&](std::vector<Pending>* out) {
-      for (int p = 0; p < world_; ++p) {
-        if (need[p] & 2) out->push_back({p, false});
-        if (need[p] & 1) out->push_back({p, true});
-      }
-    });
+          return left == 0;
+        },
+        [&](std::vector<Pending>* out) {
+          for (int p = 0; p < world_; ++p) {
+            if (need[p] & 2) out->push_back({p, false});
+            if (need[p] & 1) out->push_back({p, true});
+          }
+        });
   }
 
   // Set up by HostBackend::allocate.
@@ -301,8 +315,8 @@ class HostMemory final : public BackendMemory {
           const auto& w = watch_[x.peer];
           if (w && !w->alive()) {
             std::ostringstream os;
-            os << "peer " << who(x.peer) << " (pid " << w->pid() << ") exited while "
-               << who(rank_) << " waited for it on channel " << channel << " of " << label_;
+            os << "peer " << who(x.peer) << " (pid " << w->pid() << ") exited while " << who(rank_)
+               << " waited for it on channel " << channel << " of " << label_;
             throw_error(ErrorCode::PeerFailure, op, rank_, os.str());
           }
         }
@@ -378,7 +392,8 @@ class HostBackend final : public Backend {
   }
 };
 
-std::shared_ptr<BackendMemory> HostBackend::allocate(const Group& group, const RendezvousInfo& info) {
+std::shared_ptr<BackendMemory> HostBackend::allocate(const Group& group,
+                                                     const RendezvousInfo& info) {
   const char* op = "allocate";
   const int rank = group.rank();
   const int world = group.world_size();
@@ -397,13 +412,13 @@ std::shared_ptr<BackendMemory> HostBackend::allocate(const Group& group, const R
   for (int r = 0; r < world; ++r) global[r] = group.global_rank(r);
   std::string label = "allocation #" + std::to_string(info.alloc_id) + " of group " + group.name();
   bool crowded = static_cast<unsigned>(group.local_world_size()) > online_cpus();
-  auto mem = std::make_shared<HostMemory>(rank, world, global, label, info.bytes,
-                                          info.signal_pad_bytes, pad_off, ctrl_off, map_bytes,
-                                          crowded);
+  auto mem =
+      std::make_shared<HostMemory>(rank, world, global, label, info.bytes, info.signal_pad_bytes,
+                                   pad_off, ctrl_off, map_bytes, crowded);
 
   // This rank's memfd: sized, backed, sealed, mapped.
-  std::string fd_name = "symmem:" + group.name() + "#" + std::to_string(info.alloc_id) + ":r" +
-                        std::to_string(rank);
+  std::string fd_name =
+      "symmem:" + group.name() + "#" + std::to_string(info.alloc_id) + ":r" + std::to_string(rank);
   if (fd_name.size() > 200) fd_name.resize(200);
   FdCloser own{static_cast<int>(::memfd_create(fd_name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING))};
   SYMMEM_CHECK_SYS(op, rank, own.fd);
@@ -419,8 +434,8 @@ std::shared_ptr<BackendMemory> HostBackend::allocate(const Group& group, const R
                    ::fcntl(own.fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL));
   void* mine = ::mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, own.fd, 0);
   if (mine == MAP_FAILED) {
-    throw_error(ErrorCode::System, op, rank, "mmap of " + std::to_string(map_bytes) +
-                                                 " bytes failed: " + errno_text(errno));
+    throw_error(ErrorCode::System, op, rank,
+                "mmap of " + std::to_string(map_bytes) + " bytes failed: " + errno_text(errno));
   }
   mem->maps()[rank] = mine;
   if (world == 1) return mem;
@@ -482,9 +497,9 @@ std::shared_ptr<BackendMemory> HostBackend::allocate(const Group& group, const R
                          << st.st_size << ", expected " << map_bytes << ", seals " << seals << ")");
     void* m = ::mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
     if (m == MAP_FAILED) {
-      throw_error(ErrorCode::System, op, rank, "mmap of rank " + std::to_string(p) + "'s " +
-                                                   std::to_string(map_bytes) +
-                                                   " bytes failed: " + errno_text(errno));
+      throw_error(ErrorCode::System, op, rank,
+                  "mmap of rank " + std::to_string(p) + "'s " + std::to_string(map_bytes) +
+                      " bytes failed: " + errno_text(errno));
     }
     mem->maps()[p] = m;
     mem->set_watch(p, watch_pid(sender_pid > 0 ? sender_pid : store_pid));

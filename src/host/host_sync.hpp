@@ -65,8 +65,7 @@ inline void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int64_t n
 }
 
 inline void futex_wake_all(std::atomic<uint32_t>* word) {
-  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr,
-            0);
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
 // Tells the owner of `c` that something it may wait on has changed.

@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -237,8 +237,12 @@ TEST(HostMemory, SubgroupsAndOverlappingSubgroups) {
         EXPECT_EQ(b.global_rank(p), s.global_rank(p));
       }
     }
-    if (r == 0) EXPECT_EQ(bufs[0].global_rank(2), 2);
-    if (r == 3) EXPECT_EQ(bufs[0].global_rank(0), 1);
+    if (r == 0) {
+      EXPECT_EQ(bufs[0].global_rank(2), 2);
+    }
+    if (r == 3) {
+      EXPECT_EQ(bufs[0].global_rank(0), 1);
+    }
     // A buffer of the subgroup is not symmetric memory of the parent group.
     EXPECT_FALSE(find_symmetric(g, bufs[0].ptr(bufs[0].rank()), 4).valid());
     EXPECT_TRUE(find_symmetric(subs[0], bufs[0].ptr(bufs[0].rank()), 4).valid());
@@ -264,7 +268,9 @@ TEST(HostMemory, UnavailableBackendListsAvailableOnes) {
     expect_rank_error(errors, r, ErrorCode::Unsupported, {"testplugin", "serves nothing"});
   }
   // GPU memory on the host backend.
-  errors = run_ranks(1, [](Group& g) { allocate(g, 4096, Device::cuda(0), AllocOptions{"host", 0}); });
+  errors = run_ranks(1, [](Group& g) {
+    allocate(g, 4096, Device::cuda(0), AllocOptions{"host", 0});
+  });
   expect_rank_error(errors, 0, ErrorCode::Unsupported, {"host", "CPU memory only", "cuda"});
 }
 
