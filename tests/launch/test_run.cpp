@@ -40,8 +40,7 @@ TEST(SymmemRun, EveryRankGetsItsEnvironment) {
   EXPECT_EQ(r.err, "");
 }
 
-// TODO(launch): enabled once symmem-run hosts the TcpStoreServer.
-TEST(SymmemRun, DISABLED_SymmemVariablesAndStore) {
+TEST(SymmemRun, SymmemVariablesAndStore) {
   auto r = run({"-n", "2", "sh", "-c",
                 "echo $SYMMEM_RANK,$SYMMEM_WORLD_SIZE,$SYMMEM_LOCAL_RANK,$SYMMEM_LOCAL_WORLD_SIZE,"
                 "$LOCAL_WORLD_SIZE,$MASTER_ADDR,$SYMMEM_STORE_TOKEN,$SYMMEM_STORE"});
@@ -114,7 +113,7 @@ TEST(SymmemRun, RankKilledBySignalIsNamed) {
 
 TEST(SymmemRun, RankIgnoringTermIsKilledAfterGrace) {
   auto r = run({"-n", "2", "--kill-grace", "1", "--", "sh", "-c",
-                "trap '' TERM; if [ $RANK = 0 ]; then exit 3; fi; "
+                "trap '' TERM; if [ $RANK = 0 ]; then sleep 0.3; exit 3; fi; "
                 "while true; do sleep 0.05; done"});
   EXPECT_NE(r.rc, 0);
   EXPECT_GT(r.seconds, 0.9);
