@@ -6,27 +6,20 @@
 
 #include "core/exchange.hpp"
 #include "core/log.hpp"
+#include "cuda/cuda_check.hpp"
 #include "nccl/nccl_memory.hpp"
 #include "nccl/nccl_util.hpp"
 
 namespace symmem::nccl {
 
-void throw_nccl(ErrorCode code, std::string_view op, int rank, const char* call,
-                const char* where, ncclResult_t r, ncclComm_t comm) {
+void throw_nccl(ErrorCode code, std::string_view op, int rank, const char* call, const char* where,
+                ncclResult_t r, ncclComm_t comm) {
   std::ostringstream os;
   os << call << " failed at " << where << ": " << ncclGetErrorString(r) << " (ncclResult "
      << static_cast<int>(r) << ")";
   const char* last = ncclGetLastError(comm);
   if (last != nullptr && last[0] != '\0') os << ": " << last;
   throw_error(code, op, rank, os.str());
-}
-
-void throw_cuda(std::string_view op, int rank, const char* call, const char* where,
-                cudaError_t e) {
-  std::ostringstream os;
-  os << call << " failed at " << where << ": " << cudaGetErrorName(e) << " ("
-     << cudaGetErrorString(e) << ")";
-  throw_error(ErrorCode::Cuda, op, rank, os.str());
 }
 
 Comm::~Comm() {
@@ -54,7 +47,9 @@ struct GpuIdentity {
 
 }  // namespace
 
-NcclBackend::NcclBackend() { g_backend = this; }
+NcclBackend::NcclBackend() {
+  g_backend = this;
+}
 
 NcclBackend::~NcclBackend() {
   if (g_backend == this) g_backend = nullptr;
@@ -62,8 +57,9 @@ NcclBackend::~NcclBackend() {
 
 bool NcclBackend::can_serve(const Group& group, Device device, std::string* why) const {
   if (!device.is_cuda()) {
-    if (why) *why = "the nccl backend serves CUDA devices only (" + to_string(device) +
-                    " requested); the host backend serves CPU memory";
+    if (why)
+      *why = "the nccl backend serves CUDA devices only (" + to_string(device) +
+             " requested); the host backend serves CPU memory";
     return false;
   }
   int count = 0;
@@ -74,8 +70,8 @@ bool NcclBackend::can_serve(const Group& group, Device device, std::string* why)
   }
   if (device.index < 0 || device.index >= count) {
     if (why) {
-      *why = "device " + to_string(device) + " does not exist (" + std::to_string(count) +
-             " visible)";
+      *why =
+          "device " + to_string(device) + " does not exist (" + std::to_string(count) + " visible)";
     }
     return false;
   }
@@ -114,9 +110,9 @@ void NcclBackend::use_comm(const Group& group, ncclComm_t comm) {
   SYMMEM_NCCL_CHECK(kUseCommOp, rank, comm, ncclCommCount(comm, &count));
   SYMMEM_NCCL_CHECK(kUseCommOp, rank, comm, ncclCommUserRank(comm, &user_rank));
   SYMMEM_NCCL_CHECK(kUseCommOp, rank, comm, ncclCommCuDevice(comm, &device));
-  SYMMEM_CHECK_ARG(kUseCommOp, rank, count == group.world_size(), "nccl_comm",
-                   "has " << count << " ranks but group '" << group.name() << "' has "
-                          << group.world_size());
+  SYMMEM_CHECK_ARG(
+      kUseCommOp, rank, count == group.world_size(), "nccl_comm",
+      "has " << count << " ranks but group '" << group.name() << "' has " << group.world_size());
   SYMMEM_CHECK_ARG(kUseCommOp, rank, user_rank == group.rank(), "nccl_comm",
                    "has this process at rank " << user_rank << " but it is rank " << group.rank()
                                                << " of group '" << group.name() << "'");
@@ -148,8 +144,7 @@ std::shared_ptr<Comm> NcclBackend::comm_for(const Group& group, int device, cons
     if (it != comms_.end()) {
       SYMMEM_CHECK_ARG(op, group.rank(), it->second->device == device, "device",
                        "is cuda:" << device << " but group '" << group.name()
-                                  << "' has its nccl communicator on cuda:"
-                                  << it->second->device);
+                                  << "' has its nccl communicator on cuda:" << it->second->device);
       if (it->second->dev_comm == nullptr) confirm_symmetric(*it->second, op);
       return it->second;
     }
@@ -163,14 +158,14 @@ std::shared_ptr<Comm> NcclBackend::comm_for(const Group& group, int device, cons
 std::shared_ptr<Comm> NcclBackend::create_comm(const Group& group, int device, const char* op) {
   const int rank = group.rank();
   const int world = group.world_size();
-  SYMMEM_NCCL_CUDA_CHECK(op, rank, cudaSetDevice(device));
-  SYMMEM_NCCL_CUDA_CHECK(op, rank, cudaFree(nullptr));  // create the context first
+  SYMMEM_CUDART_CHECK(op, rank, cudaSetDevice(device));
+  SYMMEM_CUDART_CHECK(op, rank, cudaFree(nullptr));  // create the context first
 
   // NCCL refuses two ranks on one GPU ("Duplicate GPU detected"); find them first so the error
   // names them instead of failing inside ncclCommInitRank.
   GpuIdentity me{};
   std::snprintf(me.host, sizeof(me.host), "%s", group.host_id().c_str());
-  SYMMEM_NCCL_CUDA_CHECK(op, rank, cudaDeviceGetPCIBusId(me.pci, sizeof(me.pci), device));
+  SYMMEM_CUDART_CHECK(op, rank, cudaDeviceGetPCIBusId(me.pci, sizeof(me.pci), device));
   StoreExchange ex(group.store(), group.name() + "/nccl/comm", rank, world, group.timeout());
   auto ids = ex.all_gather(me);
   for (int p = 0; p < world; ++p) {
@@ -189,8 +184,7 @@ std::shared_ptr<Comm> NcclBackend::create_comm(const Group& group, int device, c
 
   ncclUniqueId id{};
   if (rank == 0) {
-    SYMMEM_NCCL_CHECK_CODE(ErrorCode::BackendUnavailable, op, rank, nullptr,
-                           ncclGetUniqueId(&id));
+    SYMMEM_NCCL_CHECK_CODE(ErrorCode::BackendUnavailable, op, rank, nullptr, ncclGetUniqueId(&id));
   }
   id = ex.broadcast(id, 0);
 
@@ -213,9 +207,9 @@ std::shared_ptr<Comm> NcclBackend::create_comm(const Group& group, int device, c
   int version = 0;
   (void)ncclGetVersion(&version);
   SYMMEM_LOG(INFO, INIT) << "nccl: communicator for group '" << group.name() << "': " << world
-                         << " ranks on cuda:" << device << ", NCCL " << version
-                         << ", LSA team of " << c->lsa.n_ranks << " (this rank "
-                         << c->lsa.rank << ")" << (c->all_lsa ? ", every peer in it" : "");
+                         << " ranks on cuda:" << device << ", NCCL " << version << ", LSA team of "
+                         << c->lsa.n_ranks << " (this rank " << c->lsa.rank << ")"
+                         << (c->all_lsa ? ", every peer in it" : "");
   return c;
 }
 

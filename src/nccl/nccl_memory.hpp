@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include "cuda/peer_tables.hpp"
 #include "nccl/nccl_backend.hpp"
 #include "symmem/backend.hpp"
 
@@ -22,7 +23,9 @@ class NcclMemory final : public BackendMemory {
   ~NcclMemory() override;
 
   void* ptr(int peer) const override;
-  void* const* ptrs_device() const override { return d_buffers_; }
+  void* const* ptrs_device() const override {
+    return tables_ ? tables_->buffers_device() : nullptr;
+  }
   uint32_t* signal_pad(int peer) const override;
   bool direct_access(int peer) const override;
   void barrier(int channel, Millis timeout, Stream stream) override;
@@ -35,8 +38,6 @@ class NcclMemory final : public BackendMemory {
 
  private:
   void check_peer(const char* op, const char* arg, int peer) const;
-  void check_channel(const char* op, int channel) const;
-  DeviceHandle handle_for_sync(Millis timeout) const;
   void release() noexcept;
 
   Group group_;
@@ -47,15 +48,10 @@ class NcclMemory final : public BackendMemory {
   size_t bytes_ = 0;
   size_t pad_offset_ = 0;
   size_t pad_bytes_ = 0;
-  void* base_ = nullptr;        // ncclMemAlloc
+  void* base_ = nullptr;  // ncclMemAlloc
   ncclWindow_t window_ = nullptr;
   std::vector<void*> buffers_;  // LSA pointers (nullptr outside the LSA team)
-  std::vector<uint32_t*> pads_;
-  void** d_buffers_ = nullptr;       // device tables [world]
-  uint32_t** d_pads_ = nullptr;
-  int32_t* timeout_record_ = nullptr;  // host-mapped, 4 ints (NOTE [device timeouts])
-  mutable std::mutex views_mu_;
-  mutable std::map<size_t, void**> view_tables_;  // offset -> device table of buffers + offset
+  std::unique_ptr<cuda::PeerTables> tables_;
 };
 
 }  // namespace symmem::nccl

@@ -68,14 +68,14 @@ void NcclBackend::run_nccl_fallback(const OpArgs& a, Comm& c) {
                           << "LSA team of " << c.lsa.n_ranks << ")";
   switch (a.kind) {
     case OpKind::all_reduce:
-      SYMMEM_NCCL_CHECK(op, rank, c.comm,
-                        ncclAllReduce(a.send, a.recv, a.count, type, nccl_op(a.redop), c.comm,
-                                      stream));
+      SYMMEM_NCCL_CHECK(
+          op, rank, c.comm,
+          ncclAllReduce(a.send, a.recv, a.count, type, nccl_op(a.redop), c.comm, stream));
       return;
     case OpKind::reduce_scatter:
-      SYMMEM_NCCL_CHECK(op, rank, c.comm,
-                        ncclReduceScatter(a.send, a.recv, a.count, type, nccl_op(a.redop), c.comm,
-                                          stream));
+      SYMMEM_NCCL_CHECK(
+          op, rank, c.comm,
+          ncclReduceScatter(a.send, a.recv, a.count, type, nccl_op(a.redop), c.comm, stream));
       return;
     case OpKind::all_gather:
       SYMMEM_NCCL_CHECK(op, rank, c.comm,

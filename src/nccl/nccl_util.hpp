@@ -32,20 +32,17 @@ inline ErrorCode error_code_of(ncclResult_t r) {
 
 [[noreturn]] void throw_nccl(ErrorCode code, std::string_view op, int rank, const char* call,
                              const char* where, ncclResult_t r, ncclComm_t comm);
-[[noreturn]] void throw_cuda(std::string_view op, int rank, const char* call, const char* where,
-                             cudaError_t e);
-
 }  // namespace symmem::nccl
 
 // SYMMEM_NCCL_CHECK(op, rank, comm, call): a failing call throws with the call text, file:line,
 // NCCL's error string and ncclGetLastError(comm) (comm may be nullptr).
-#define SYMMEM_NCCL_CHECK(op, rank, comm, call)                                             \
-  do {                                                                                      \
-    ncclResult_t symmem_nccl_r_ = (call);                                                   \
-    if (symmem_nccl_r_ != ncclSuccess) {                                                    \
+#define SYMMEM_NCCL_CHECK(op, rank, comm, call)                                               \
+  do {                                                                                        \
+    ncclResult_t symmem_nccl_r_ = (call);                                                     \
+    if (symmem_nccl_r_ != ncclSuccess) {                                                      \
       ::symmem::nccl::throw_nccl(::symmem::nccl::error_code_of(symmem_nccl_r_), (op), (rank), \
-                                 #call, SYMMEM_WHERE, symmem_nccl_r_, (comm));              \
-    }                                                                                       \
+                                 #call, SYMMEM_WHERE, symmem_nccl_r_, (comm));                \
+    }                                                                                         \
   } while (0)
 
 // As above with an explicit error code (e.g. BackendUnavailable during setup).
@@ -55,13 +52,5 @@ inline ErrorCode error_code_of(ncclResult_t r) {
     if (symmem_nccl_r_ != ncclSuccess) {                                                    \
       ::symmem::nccl::throw_nccl((code), (op), (rank), #call, SYMMEM_WHERE, symmem_nccl_r_, \
                                  (comm));                                                   \
-    }                                                                                       \
-  } while (0)
-
-#define SYMMEM_NCCL_CUDA_CHECK(op, rank, call)                                              \
-  do {                                                                                      \
-    cudaError_t symmem_cuda_e_ = (call);                                                    \
-    if (symmem_cuda_e_ != cudaSuccess) {                                                    \
-      ::symmem::nccl::throw_cuda((op), (rank), #call, SYMMEM_WHERE, symmem_cuda_e_);        \
     }                                                                                       \
   } while (0)

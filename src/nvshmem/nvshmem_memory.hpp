@@ -24,10 +24,10 @@ namespace symmem::nvshm {
 
 // What the nvshmem kernels receive (trivially copyable).
 struct NvSync {
-  DeviceHandle h;          // uint32 pads of direct peers, buffers of direct peers (nullptr else)
-  uint64_t* signals;       // this PE's uint64 signal array (a symmetric address)
-  const int* pes;          // [world] group rank -> PE
-  char* base;              // this PE's buffer (a symmetric address): remote puts target it
+  DeviceHandle h;     // uint32 pads of direct peers, buffers of direct peers (nullptr else)
+  uint64_t* signals;  // this PE's uint64 signal array (a symmetric address)
+  const int* pes;     // [world] group rank -> PE
+  char* base;         // this PE's buffer (a symmetric address): remote puts target it
 };
 
 class NvshmemMemory final : public BackendMemory {

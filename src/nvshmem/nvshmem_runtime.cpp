@@ -99,24 +99,23 @@ void Runtime::init(const Group& group, int device, const char* op) {
   };
   IdMsg msg{status, uid};
   msg = ex.broadcast(msg, 0);
-  SYMMEM_CHECK(op, rank, msg.status == 0, ErrorCode::BackendUnavailable,
-               "nvshmem backend: nvshmemx_get_uniqueid failed on rank 0 (status "
-                   << msg.status << ")");
+  SYMMEM_CHECK(
+      op, rank, msg.status == 0, ErrorCode::BackendUnavailable,
+      "nvshmem backend: nvshmemx_get_uniqueid failed on rank 0 (status " << msg.status << ")");
   uid = msg.uid;
 
   nvshmemx_init_attr_t attr = NVSHMEMX_INIT_ATTR_INITIALIZER;
   status = nvshmemx_set_attr_uniqueid_args(rank, world, &uid, &attr);
   SYMMEM_CHECK(op, rank, status == 0, ErrorCode::BackendUnavailable,
-               "nvshmem backend: nvshmemx_set_attr_uniqueid_args(" << rank << ", " << world
-                                                                   << ") failed (status "
-                                                                   << status << ")");
+               "nvshmem backend: nvshmemx_set_attr_uniqueid_args("
+                   << rank << ", " << world << ") failed (status " << status << ")");
   // nvshmemx_init_attr() would exit() the process on failure; call what it calls instead.
   int provided = 0;
   nvshmemi_version_t version = {NVSHMEM_VENDOR_MAJOR_VERSION, NVSHMEM_VENDOR_MINOR_VERSION,
                                 NVSHMEM_VENDOR_PATCH_VERSION};
   nvshmemx_init_init_attr_ver_only(attr);
-  status = nvshmemi_init_thread(NVSHMEM_THREAD_SERIALIZED, &provided,
-                                NVSHMEMX_INIT_WITH_UNIQUEID, &attr, version);
+  status = nvshmemi_init_thread(NVSHMEM_THREAD_SERIALIZED, &provided, NVSHMEMX_INIT_WITH_UNIQUEID,
+                                &attr, version);
   SYMMEM_CHECK(op, rank, status == 0, ErrorCode::BackendUnavailable,
                "nvshmem backend: NVSHMEM initialisation failed (status "
                    << status << "; run with NVSHMEM_DEBUG=INFO for NVSHMEM's reason"
@@ -127,17 +126,16 @@ void Runtime::init(const Group& group, int device, const char* op) {
   const int my_pe = nvshmem_my_pe();
   const int n_pes = nvshmem_n_pes();
   SYMMEM_CHECK(op, rank, my_pe == rank && n_pes == world, ErrorCode::Internal,
-               "nvshmem backend: NVSHMEM made this rank PE " << my_pe << " of " << n_pes
-                                                             << ", expected " << rank << " of "
-                                                             << world);
+               "nvshmem backend: NVSHMEM made this rank PE "
+                   << my_pe << " of " << n_pes << ", expected " << rank << " of " << world);
   world_global_ranks_ = group.global_ranks();
   world_group_name_ = group.name();
   device_ = device;
   initialized_ = true;
   SYMMEM_LOG(INFO, INIT) << "nvshmem: initialised NVSHMEM " << NVSHMEM_VENDOR_MAJOR_VERSION << "."
                          << NVSHMEM_VENDOR_MINOR_VERSION << "." << NVSHMEM_VENDOR_PATCH_VERSION
-                         << " over group '" << group.name() << "': PE " << my_pe << " of "
-                         << n_pes << " on cuda:" << device
+                         << " over group '" << group.name() << "': PE " << my_pe << " of " << n_pes
+                         << " on cuda:" << device
                          << (shared_gpu ? " (several PEs share a GPU)" : "");
 }
 
@@ -155,13 +153,15 @@ void Runtime::ensure(const Group& group, int device, const char* op) {
   std::sort(mine.begin(), mine.end());
   std::sort(world.begin(), world.end());
   if (mine != world) {
-    throw_error(ErrorCode::Unsupported, op, group.rank(),
-                "nvshmem backend: group '" + group.name() + "' (" +
-                    std::to_string(group.world_size()) + " ranks) is not the NVSHMEM PE world "
-                    "(the " + std::to_string(world_global_ranks_.size()) + " ranks of group '" +
-                    world_group_name_ + "'): nvshmem_malloc is collective over every PE, so a "
-                    "subset of the PEs cannot be a team that allocates. Allocate on the full "
-                    "group, or use the cuda backend (one host) for subgroups");
+    throw_error(
+        ErrorCode::Unsupported, op, group.rank(),
+        "nvshmem backend: group '" + group.name() + "' (" + std::to_string(group.world_size()) +
+            " ranks) is not the NVSHMEM PE world "
+            "(the " +
+            std::to_string(world_global_ranks_.size()) + " ranks of group '" + world_group_name_ +
+            "'): nvshmem_malloc is collective over every PE, so a "
+            "subset of the PEs cannot be a team that allocates. Allocate on the full "
+            "group, or use the cuda backend (one host) for subgroups");
   }
 }
 
@@ -170,11 +170,11 @@ std::vector<int> Runtime::pes_of(const Group& group, const char* op) const {
   SYMMEM_CHECK(op, group.rank(), initialized_, ErrorCode::Internal, "NVSHMEM is not initialised");
   std::vector<int> pes(group.world_size(), -1);
   for (int r = 0; r < group.world_size(); ++r) {
-    auto it = std::find(world_global_ranks_.begin(), world_global_ranks_.end(),
-                        group.global_rank(r));
-    SYMMEM_CHECK(op, group.rank(), it != world_global_ranks_.end(), ErrorCode::Unsupported,
-                 "nvshmem backend: rank " << r << " of group '" << group.name()
-                                          << "' is not an NVSHMEM PE");
+    auto it =
+        std::find(world_global_ranks_.begin(), world_global_ranks_.end(), group.global_rank(r));
+    SYMMEM_CHECK(
+        op, group.rank(), it != world_global_ranks_.end(), ErrorCode::Unsupported,
+        "nvshmem backend: rank " << r << " of group '" << group.name() << "' is not an NVSHMEM PE");
     pes[r] = static_cast<int>(it - world_global_ranks_.begin());
   }
   return pes;
@@ -191,8 +191,8 @@ nvshmem_team_t Runtime::team_for(const Group& group, const char* op) {
     if (it != teams_.end()) return it->second;
   }
   // A team of exactly these PEs, in group order: member 0 makes the id, the members join.
-  StoreExchange ex(group.store(), group.name() + "/nvshmem/team", group.rank(),
-                   group.world_size(), group.timeout());
+  StoreExchange ex(group.store(), group.name() + "/nvshmem/team", group.rank(), group.world_size(),
+                   group.timeout());
   nvshmemx_team_uniqueid_t id = NVSHMEM_TEAM_UNIQUID_INITIALIZER;
   int status = 0;
   if (group.rank() == 0) status = nvshmemx_team_get_uniqueid(&id);
@@ -206,8 +206,8 @@ nvshmem_team_t Runtime::team_for(const Group& group, const char* op) {
   nvshmem_team_config_t config = NVSHMEM_TEAM_CONFIG_INITIALIZER;
   config.uniqueid = msg.id;
   nvshmem_team_t team = NVSHMEM_TEAM_INVALID;
-  status = nvshmemx_team_init(&team, &config, NVSHMEM_TEAM_CONFIG_MASK_UNIQUEID,
-                              group.world_size(), group.rank());
+  status = nvshmemx_team_init(&team, &config, NVSHMEM_TEAM_CONFIG_MASK_UNIQUEID, group.world_size(),
+                              group.rank());
   SYMMEM_CHECK(op, group.rank(), status == 0 && team != NVSHMEM_TEAM_INVALID,
                ErrorCode::BackendUnavailable,
                "nvshmem backend: nvshmemx_team_init for group '"
