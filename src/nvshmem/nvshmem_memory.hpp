@@ -18,6 +18,9 @@
 #include <mutex>
 #include <vector>
 
+#include <cuda_runtime_api.h>
+
+#include "cuda/peer_tables.hpp"
 #include "symmem/backend.hpp"
 
 namespace symmem::nvshm {
@@ -36,7 +39,9 @@ class NvshmemMemory final : public BackendMemory {
   ~NvshmemMemory() override;
 
   void* ptr(int peer) const override;
-  void* const* ptrs_device() const override { return d_buffers_; }
+  void* const* ptrs_device() const override {
+    return tables_ ? tables_->buffers_device() : nullptr;
+  }
   uint32_t* signal_pad(int peer) const override;
   bool direct_access(int peer) const override;
   void barrier(int channel, Millis timeout, Stream stream) override;
@@ -68,17 +73,15 @@ class NvshmemMemory final : public BackendMemory {
   void* base_ = nullptr;  // nvshmem_malloc
   bool all_direct_ = false;
   std::vector<int> pes_;
-  std::vector<void*> buffers_;
-  std::vector<uint32_t*> pads_;
-  void** d_buffers_ = nullptr;
-  uint32_t** d_pads_ = nullptr;
+  std::vector<void*> buffers_;  // nvshmem_ptr of each rank (nullptr: not directly reachable)
+  std::unique_ptr<cuda::PeerTables> tables_;
   int* d_pes_ = nullptr;
-  int32_t* timeout_record_ = nullptr;
-  mutable std::mutex views_mu_;
-  mutable std::map<size_t, void**> view_tables_;
 };
 
 // Launchers (nvshmem_sync.cu). `op` and the rank name errors.
+// nvshmemx_collective_launch with an error naming `op` (NOTE [nvshmem collective launch]).
+void collective_launch(const void* kernel, dim3 grid, dim3 block, void** args, size_t smem,
+                       cudaStream_t stream, const char* op, int rank);
 void launch_barrier(const NvSync& s, int channel, cudaStream_t stream, const char* op);
 void launch_put_signal(const NvSync& s, int dst, int channel, cudaStream_t stream, const char* op);
 void launch_wait_signal(const NvSync& s, int src, int channel, cudaStream_t stream, const char* op);
