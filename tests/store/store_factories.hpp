@@ -1,7 +1,8 @@
 #pragma once
 
 // Factories for the typed store test suite: each makes a fresh, empty store (and keeps whatever
-// it needs alive, e.g. a server or a directory).
+// it needs alive, e.g. a server or a directory). another() gives a second, independent handle on
+// the same store (another client), as a second process would have.
 
 #include <memory>
 
@@ -12,8 +13,19 @@ namespace symmem::test {
 struct HashStoreFactory {
   static constexpr const char* kName = "HashStore";
   std::shared_ptr<Store> make() { return std::make_shared<HashStore>(); }
-  // A second handle on the same store (another "client").
   std::shared_ptr<Store> another(const std::shared_ptr<Store>& first) { return first; }
+};
+
+struct TcpStoreFactory {
+  static constexpr const char* kName = "TcpStore";
+  std::unique_ptr<TcpStoreServer> server;
+  std::shared_ptr<Store> make() {
+    server = TcpStoreServer::start("127.0.0.1", 0, "secret-token");
+    return another(nullptr);
+  }
+  std::shared_ptr<Store> another(const std::shared_ptr<Store>&) {
+    return std::make_shared<TcpStore>("127.0.0.1", server->port(), "secret-token", Millis(5000));
+  }
 };
 
 }  // namespace symmem::test

@@ -21,7 +21,7 @@ class StoreTest : public ::testing::Test {
   std::shared_ptr<Store> store_;
 };
 
-using Factories = ::testing::Types<HashStoreFactory>;
+using Factories = ::testing::Types<HashStoreFactory, TcpStoreFactory>;
 class FactoryNames {
  public:
   template <class T>
