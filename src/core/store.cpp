@@ -106,8 +106,7 @@ namespace symmem {
 
 namespace {
 std::shared_ptr<Store> make_file_store(const std::string& path) {
-  throw_error(ErrorCode::Unsupported, "Store::connect", -1,
-              "file://" + path + ": FileStore is not implemented yet (in progress)");
+  return std::make_shared<FileStore>(path);
 }
 }  // namespace
 
