@@ -13,7 +13,7 @@ command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 command -v mpirun >/dev/null || need_apt+=(openmpi-bin libopenmpi-dev)
 command -v clang++ >/dev/null || need_apt+=(clang)
 if ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
-  need_apt+=(libclang-rt-dev)
+  need_apt+=(libclang-rt-14-dev)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""

@@ -11,7 +11,15 @@
 // LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; Open MPI's OMPI_COMM_WORLD_*;
 // Slurm's SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID. Missing or contradictory settings are an
 // InvalidArgument error listing what was found and what is missing. Without a store URL,
-// rank 0 hosts a TcpStoreServer at MASTER_ADDR:MASTER_PORT.
+// rank 0 hosts a TcpStoreServer at MASTER_ADDR:(MASTER_PORT+1) -- MASTER_PORT itself is left to
+// torch.distributed's store -- bound to loopback unless MASTER_ADDR is not a loopback address
+// (SYMMEM_STORE_BIND overrides), and keeps it alive while any Group handle of the job lives.
+// A world of one rank without any store uses an in-process HashStore.
+//
+// Host identity: at creation the ranks exchange host ids (GroupOptions::host_id, else
+// SYMMEM_HOST_ID, else hostname + /proc/sys/kernel/random/boot_id) and derive local rank and
+// local world size from them; a launcher's LOCAL_RANK/LOCAL_WORLD_SIZE that disagree are an
+// InvalidArgument error on every rank.
 //
 // Ranks: a group's ranks are 0..world_size-1; global_rank(r) maps to the rank in the
 // top-level (from_env) group, group_rank(g) maps back (-1 for non-members).
@@ -35,6 +43,8 @@ struct GroupOptions {
   std::shared_ptr<Store> store;  // an existing store (wins over store_url)
   std::string token;          // TCP store token; empty: SYMMEM_STORE_TOKEN
   Millis timeout{-1};         // -1: SYMMEM_TIMEOUT_MS
+  std::string host_id;        // identity of this rank's host; empty: SYMMEM_HOST_ID, else
+                              // hostname + boot id (tests use it to simulate several hosts)
 };
 
 class SYMMEM_API Group {
@@ -59,12 +69,14 @@ class SYMMEM_API Group {
   const std::vector<int>& global_ranks() const;
   const std::shared_ptr<Store>& store() const;
   Millis timeout() const;
-  // Unique, stable across ranks: the key prefix of this group in the store ("g0", "g0/s1-0,2#0"...).
+  // Unique, stable across ranks: the key prefix of this group in the store ("g0", "g0/s0,2#0"...).
   const std::string& name() const;
 
   // Collective over the listed ranks (ranks of this group, sorted or not, no duplicates); only
-  // those ranks call it. Every member must call split() with the same list the same number of
-  // times; overlapping subgroups are fine. A non-member caller gets InvalidArgument.
+  // those ranks call it. The subgroup's ranks follow the sorted order of `ranks`. Every member
+  // must call split() with the same set the same number of times (it waits, up to timeout(),
+  // until all members arrive); overlapping subgroups are fine. A non-member caller gets
+  // InvalidArgument.
   Group split(const std::vector<int>& ranks) const;
 
   // Barrier over the store (slow path; for setup and teardown, not hot loops).

@@ -4,6 +4,10 @@
 // Keys are "<prefix>/<seq>/<rank>"; every user (each backend, each group) passes its own
 // prefix, and seq counts this object's calls, so nothing collides. A timeout error names the
 // ranks that did not arrive. Keys of call seq-1 are removed once call seq completes.
+// Every call (broadcast included) returns only after all ranks have entered it; see
+// NOTE [exchange keys and cleanup] in exchange.cpp. A negative timeout means SYMMEM_TIMEOUT_MS.
+// Not thread-safe: one exchange object is used by one thread at a time, and every rank must make
+// the same sequence of calls.
 
 #include <cstring>
 #include <memory>
@@ -56,6 +60,9 @@ class SYMMEM_API StoreExchange {
   std::string prefix_;
   int rank_;
   int world_size_;
+  std::vector<Bytes> gather(const Bytes& mine, const char* op);
+  void finish(uint64_t seq);  // removes this rank's key of call seq-1
+
   Millis timeout_;
   uint64_t seq_ = 0;
 };

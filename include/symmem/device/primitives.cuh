@@ -1,0 +1,70 @@
+#pragma once
+
+// symmem device primitives: system-scope loads, stores and atomics with an explicit memory
+// order, the %globaltimer clock, and 16-byte vector accesses for peer memory.
+// Header-only CUDA (sm_70 or newer; symmem builds for sm_90). Bodies: primitives_impl.cuh.
+//
+// Contract
+// - Every pointer is a global-memory address valid in this process: this rank's buffer, a
+//   peer's buffer from DeviceHandle::buffers, or a signal pad from DeviceHandle::signal_pads.
+//   Peer memory lives on another GPU (or in another process on this GPU), so any access that
+//   must be observed by, or observe, another rank uses *system* scope (.sys).
+// - MemOrder (NOTE [memory order recipe]):
+//     relaxed  a morally strong access with no ordering of other accesses; use it for polling
+//              and for data whose ordering is established by a separate fence or signal;
+//     acquire  (loads/RMWs) later accesses of this thread cannot move before it;
+//     release  (stores/RMWs) earlier accesses of this thread cannot move after it, and (being
+//              cumulative) neither can writes this thread has observed (e.g. writes of other
+//              threads of its block made visible by __syncthreads());
+//     acq_rel  (RMWs) both.
+//   The recipe between two ranks: the writer stores its data (any width, weak stores are
+//   fine), then publishes a flag with a release store/RMW at system scope; the reader polls
+//   the flag with relaxed loads, takes it with an acquire load/RMW at system scope, and only
+//   then reads the data. Block-wide: __syncthreads() before the releasing thread's release,
+//   and __syncthreads() after the acquiring thread's acquire.
+// - Vector helpers move 16 bytes; the address must be 16-byte aligned (misalignment is a
+//   device fault, not checked). The plain variants (ld_v4/st_v4) are weak accesses: correct
+//   for data ordered by a signal or a kernel boundary. The .volatile and .relaxed.sys variants
+//   are for data that a peer may change while this kernel runs (flag-in-data protocols).
+
+#if !defined(__CUDACC__)
+#error "symmem/device/*.cuh are CUDA headers: compile with nvcc (or clang -x cuda)"
+#endif
+
+#include <cstdint>
+
+// Every inline device function of the API is declared with this.
+#define SYMMEM_DEVICE_INLINE __device__ __forceinline__
+
+namespace symmem::device {
+
+enum class MemOrder : int { relaxed = 0, acquire = 1, release = 2, acq_rel = 3 };
+
+// Nanoseconds from the GPU's global timer (%globaltimer; monotonic, ~1 us resolution).
+SYMMEM_DEVICE_INLINE uint64_t globaltimer_ns();
+
+// 32-bit accesses at system scope. load: relaxed or acquire; store: relaxed or release;
+// cas (returns the old value) and exchange: any order.
+template <MemOrder kOrder = MemOrder::acquire>
+SYMMEM_DEVICE_INLINE uint32_t load_sys(const uint32_t* addr);
+template <MemOrder kOrder = MemOrder::release>
+SYMMEM_DEVICE_INLINE void store_sys(uint32_t* addr, uint32_t value);
+template <MemOrder kOrder = MemOrder::acq_rel>
+SYMMEM_DEVICE_INLINE uint32_t cas_sys(uint32_t* addr, uint32_t expected, uint32_t desired);
+template <MemOrder kOrder = MemOrder::acq_rel>
+SYMMEM_DEVICE_INLINE uint32_t exchange_sys(uint32_t* addr, uint32_t value);
+// fence.acq_rel.sys (kOrder acquire/release/acq_rel); nothing for relaxed.
+template <MemOrder kOrder = MemOrder::acq_rel>
+SYMMEM_DEVICE_INLINE void fence_sys();
+
+// 16-byte vector accesses (addr 16-byte aligned).
+SYMMEM_DEVICE_INLINE uint4 ld_v4(const void* addr);                    // ld.global.v4 (weak)
+SYMMEM_DEVICE_INLINE uint4 ld_v4_volatile(const void* addr);           // ld.volatile.global.v4
+SYMMEM_DEVICE_INLINE uint4 ld_v4_relaxed_sys(const void* addr);        // ld.relaxed.sys.global.v4
+SYMMEM_DEVICE_INLINE void st_v4(void* addr, uint4 value);              // st.global.v4 (weak)
+SYMMEM_DEVICE_INLINE void st_v4_volatile(void* addr, uint4 value);     // st.volatile.global.v4
+SYMMEM_DEVICE_INLINE void st_v4_relaxed_sys(void* addr, uint4 value);  // st.relaxed.sys.global.v4
+
+}  // namespace symmem::device
+
+#include "symmem/device/primitives_impl.cuh"

@@ -1,0 +1,122 @@
+#pragma once
+
+// symmem device-side synchronisation on a DeviceHandle: put_signal / wait_signal / barrier for
+// one thread, one warp or one block, each with its memory order as a template parameter and a
+// deadline. Header-only CUDA; bodies in sync_impl.cuh.
+//
+//   __global__ void my_kernel(symmem::DeviceHandle h, ...) {
+//     ... write into peers' buffers (h.buffers[peer]) ...
+//     if (symmem::device::barrier_block(h, /*channel=*/blockIdx.x) != symmem::device::Status::ok)
+//       return;  // timed out: recorded for the host (NOTE [device timeouts]); leave the kernel
+//     ... read what the peers wrote ...
+//   }
+//
+// Contract
+// - Signal pad (NOTE [signal pad] in symmem/device_handle.hpp): each rank's pad is pad_slots
+//   uint32_t slots, zero at rest; slot (channel, src) = channel * world_size + src lives in the
+//   pad of the rank that waits.
+//     put_signal(h, dst, ch)   waits until slot (ch, h.rank) of dst's pad is 0, then sets it
+//                              to 1 (compare-and-swap 0 -> 1 at system scope, order kOrder:
+//                              relaxed or release);
+//     wait_signal(h, src, ch)  waits until slot (ch, src) of this rank's pad is 1, then sets it
+//                              back to 0 (compare-and-swap 1 -> 0, order relaxed or acquire);
+//     barrier(h, ch)           put_signal to every rank (itself included) then wait_signal
+//                              from every rank; kOrder acq_rel (default) releases this side's
+//                              earlier writes and acquires every peer's.
+//   A slot therefore holds at most one pending signal: a second put_signal on the same
+//   (dst, channel) waits until the first was consumed. Every rank of the handle must call the
+//   matching operation on the same channel; channels are independent, so concurrent barriers
+//   (e.g. one per block) must use distinct channels (channel < h.num_channels).
+// - Scopes: *_thread functions are called by one thread; *_warp by all 32 lanes of a converged
+//   warp (lane i serves peers i, i+32, ...); *_block by every thread of the block (thread t
+//   serves peers t, t+blockDim, ...; contains __syncthreads(), so not under divergent control
+//   flow). The warp and block forms release the writes of the whole warp/block made before the
+//   call and make every peer's writes visible to the whole warp/block after it.
+// - All peers must be directly reachable (h.signal_pads[peer] != nullptr), as they are with the
+//   cuda backend. Arguments are not range-checked on the device.
+// - Every wait is bounded: see NOTE [device timeouts]. The result is Status::ok or
+//   Status::timeout; the warp/block forms return the same value in every lane/thread.
+//
+// NOTE [device timeouts]
+// A device-side wait never spins forever. Each operation takes one deadline when it starts:
+// now (%globaltimer, ns) + h.timeout_ns (0 means kDefaultTimeoutNs). Every spin iteration
+// re-reads %globaltimer; past the deadline the operation
+//   1. records the failure in h.timeout_record, a 4 x int32 array in host-mapped (pinned)
+//      memory that the host can read without synchronising: the first failing thread claims
+//      it (CAS of [0] from 0 to 2), writes [1] = h.rank, [2] = channel, [3] = the peer it was
+//      waiting for, fences at system scope and publishes [0] = 1; later failures leave the
+//      first record in place;
+//   2. returns Status::timeout (warp/block forms: in every lane/thread) so the kernel can exit
+//      cleanly. With SYMMEM_DEVICE_TRAP_ON_TIMEOUT defined before this header it executes
+//      __trap() instead, which aborts the kernel but leaves the CUDA context unusable (a sticky
+//      error), so symmem's own kernels never trap. A null timeout_record also traps: without a
+//      record the host would see a kernel that silently did nothing.
+// The host side (the cuda backend) checks the record after each stream synchronisation it
+// performs and before each launch, and turns a set flag into a symmem Timeout error naming the
+// rank, channel and peer, then clears it. A kernel that timed out has not done its work and
+// the pad may hold a stale signal: the allocation should be treated as broken.
+
+#include <cstdint>
+
+#include "symmem/device/primitives.cuh"
+#include "symmem/device_handle.hpp"
+
+namespace symmem::device {
+
+enum class Status : int { ok = 0, timeout = 1 };
+
+inline constexpr uint64_t kDefaultTimeoutNs = 300ull * 1000 * 1000 * 1000;  // 300 s
+inline constexpr int kTimeoutRecordInts = 4;  // [flag, rank, channel, peer]
+
+// A point in %globaltimer time after which waits give up.
+struct Deadline {
+  uint64_t end_ns;
+  __device__ static Deadline after(uint64_t timeout_ns);  // 0: kDefaultTimeoutNs
+  __device__ static Deadline of(const DeviceHandle& h) { return after(h.timeout_ns); }
+  __device__ bool expired() const { return globaltimer_ns() > end_ns; }
+};
+
+// Peer buffer / pad accessors (no checks).
+template <class T = void>
+SYMMEM_DEVICE_INLINE T* peer_ptr(const DeviceHandle& h, int peer);
+// Address of slot (channel, src) in the pad of rank `owner`.
+SYMMEM_DEVICE_INLINE uint32_t* signal_slot(const DeviceHandle& h, int owner, int channel, int src);
+
+// Records a timeout (see the NOTE); then traps if SYMMEM_DEVICE_TRAP_ON_TIMEOUT is defined or
+// the record is null. Returns Status::timeout.
+SYMMEM_DEVICE_INLINE Status record_timeout(const DeviceHandle& h, int channel, int peer);
+
+// One thread. kOrder: put relaxed|release, wait relaxed|acquire, barrier any.
+template <MemOrder kOrder = MemOrder::release>
+SYMMEM_DEVICE_INLINE Status put_signal(const DeviceHandle& h, int dst, int channel);
+template <MemOrder kOrder = MemOrder::acquire>
+SYMMEM_DEVICE_INLINE Status wait_signal(const DeviceHandle& h, int src, int channel);
+template <MemOrder kOrder = MemOrder::acq_rel>
+SYMMEM_DEVICE_INLINE Status barrier(const DeviceHandle& h, int channel);
+// The same with an explicit deadline shared by several operations.
+template <MemOrder kOrder = MemOrder::release>
+SYMMEM_DEVICE_INLINE Status put_signal(const DeviceHandle& h, int dst, int channel,
+                                       Deadline deadline);
+template <MemOrder kOrder = MemOrder::acquire>
+SYMMEM_DEVICE_INLINE Status wait_signal(const DeviceHandle& h, int src, int channel,
+                                        Deadline deadline);
+
+// One full warp (all 32 lanes, converged).
+template <MemOrder kOrder = MemOrder::release>
+SYMMEM_DEVICE_INLINE Status put_signal_warp(const DeviceHandle& h, int dst, int channel);
+template <MemOrder kOrder = MemOrder::acquire>
+SYMMEM_DEVICE_INLINE Status wait_signal_warp(const DeviceHandle& h, int src, int channel);
+template <MemOrder kOrder = MemOrder::acq_rel>
+SYMMEM_DEVICE_INLINE Status barrier_warp(const DeviceHandle& h, int channel);
+
+// Every thread of the block.
+template <MemOrder kOrder = MemOrder::release>
+SYMMEM_DEVICE_INLINE Status put_signal_block(const DeviceHandle& h, int dst, int channel);
+template <MemOrder kOrder = MemOrder::acquire>
+SYMMEM_DEVICE_INLINE Status wait_signal_block(const DeviceHandle& h, int src, int channel);
+template <MemOrder kOrder = MemOrder::acq_rel>
+SYMMEM_DEVICE_INLINE Status barrier_block(const DeviceHandle& h, int channel);
+
+}  // namespace symmem::device
+
+#include "symmem/device/sync_impl.cuh"

@@ -1,0 +1,148 @@
+// StoreExchange: all_gather / broadcast / barrier over a Store.
+//
+// NOTE [exchange keys and cleanup]
+// Call number `seq` of an exchange uses keys "<prefix>/<seq>/<rank>". Every call, including
+// broadcast, ends only after every rank has *entered* it:
+//   - all_gather (and barrier, an all_gather of nothing): each rank sets its key, then reads all.
+//   - broadcast: every non-root rank sets an empty arrival key and waits for the root's key; the
+//     root waits for all arrival keys before it sets its key with the value.
+// So when call `seq` completes on a rank, every rank has finished call seq-1 and nobody will read
+// its keys again: the rank then removes its own key of seq-1. The keys of the last call stay in
+// the store (there is no later call to prove that everyone has read them).
+
+#include "core/exchange.hpp"
+
+#include <sstream>
+
+#include "core/check.hpp"
+#include "core/log.hpp"
+#include "core/store.hpp"
+
+namespace symmem {
+
+namespace {
+
+std::string key_of(const std::string& prefix, uint64_t seq, int rank) {
+  return prefix + "/" + std::to_string(seq) + "/" + std::to_string(rank);
+}
+
+}  // namespace
+
+StoreExchange::StoreExchange(std::shared_ptr<Store> store, std::string prefix, int rank,
+                             int world_size, Millis timeout)
+    : store_(std::move(store)),
+      prefix_(std::move(prefix)),
+      rank_(rank),
+      world_size_(world_size),
+      timeout_(timeout) {
+  const char* op = "StoreExchange";
+  SYMMEM_CHECK_ARG(op, rank, store_ != nullptr, "store", "is null");
+  SYMMEM_CHECK_ARG(op, rank, world_size >= 1, "world_size", "= " << world_size << " must be >= 1");
+  SYMMEM_CHECK_ARG(op, rank, rank >= 0 && rank < world_size, "rank",
+                   "= " << rank << " is outside [0, " << world_size << ")");
+  SYMMEM_CHECK_ARG(op, rank, !prefix_.empty(), "prefix", "is empty");
+  timeout_ = detail::resolve_timeout(timeout_);
+}
+
+StoreExchange::~StoreExchange() = default;
+
+namespace {
+
+// After a Timeout (or PeerFailure) from the store: which ranks' keys of call `seq` are missing?
+// Rethrows with that list; if the store cannot even answer, rethrows the store's error with the
+// exchange's context.
+[[noreturn]] void rethrow_with_ranks(const Error& e, Store& store, const std::string& prefix,
+                                     uint64_t seq, int rank, int world, int root, const char* op,
+                                     Millis timeout) {
+  std::ostringstream os;
+  os << "prefix '" << prefix << "' call " << seq << ": ";
+  if (e.code() == ErrorCode::Timeout) {
+    std::vector<int> missing;
+    try {
+      for (int r = 0; r < world; ++r) {
+        if (!store.check({key_of(prefix, seq, r)})) missing.push_back(r);
+      }
+    } catch (const Error&) {
+      missing.clear();
+    }
+    if (!missing.empty()) {
+      os << (missing.size() == 1 ? "rank " : "ranks ");
+      for (size_t i = 0; i < missing.size() && i < 64; ++i) os << (i ? ", " : "") << missing[i];
+      if (missing.size() > 64) os << " and " << missing.size() - 64 << " more";
+      os << " did not arrive within " << timeout.count() << " ms";
+      if (root >= 0) os << " (root " << root << ")";
+      os << "; store said: " << e.what();
+      throw_error(ErrorCode::Timeout, op, rank, os.str());
+    }
+  }
+  os << e.what();
+  throw_error(e.code(), op, rank, os.str());
+}
+
+}  // namespace
+
+std::vector<Bytes> StoreExchange::all_gather(const Bytes& mine) {
+  return gather(mine, "StoreExchange::all_gather");
+}
+
+std::vector<Bytes> StoreExchange::gather(const Bytes& mine, const char* op) {
+  const uint64_t seq = seq_++;
+  std::vector<std::string> keys(world_size_);
+  for (int r = 0; r < world_size_; ++r) keys[r] = key_of(prefix_, seq, r);
+  std::vector<Bytes> out;
+  try {
+    store_->set(keys[rank_], mine);
+    out = store_->multi_get(keys, timeout_);
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::InvalidArgument) throw;
+    rethrow_with_ranks(e, *store_, prefix_, seq, rank_, world_size_, -1, op, timeout_);
+  }
+  finish(seq);
+  return out;
+}
+
+Bytes StoreExchange::broadcast(const Bytes& value, int root) {
+  SYMMEM_CHECK_ARG("StoreExchange::broadcast", rank_, root >= 0 && root < world_size_, "root",
+                   "= " << root << " is outside [0, " << world_size_ << ")");
+  const uint64_t seq = seq_++;
+  const std::string root_key = key_of(prefix_, seq, root);
+  Bytes out;
+  try {
+    if (rank_ == root) {
+      std::vector<std::string> others;
+      for (int r = 0; r < world_size_; ++r) {
+        if (r != root) others.push_back(key_of(prefix_, seq, r));
+      }
+      if (!others.empty()) store_->wait(others, timeout_);
+      store_->set(root_key, value);
+      out = value;
+    } else {
+      store_->set(key_of(prefix_, seq, rank_), Bytes());
+      out = store_->get(root_key, timeout_);
+    }
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::InvalidArgument) throw;
+    rethrow_with_ranks(e, *store_, prefix_, seq, rank_, world_size_, root,
+                       "StoreExchange::broadcast", timeout_);
+  }
+  finish(seq);
+  return out;
+}
+
+void StoreExchange::barrier() {
+  gather(Bytes(), "StoreExchange::barrier");
+}
+
+void StoreExchange::finish(uint64_t seq) {
+  if (seq == 0) return;
+  const std::string old = key_of(prefix_, seq - 1, rank_);
+  try {
+    store_->remove(old);
+  } catch (const Error& e) {
+    // The call itself succeeded; a failed cleanup only leaves a key behind.
+    SYMMEM_LOG(WARN, STORE) << "StoreExchange: rank " << rank_ << ": could not remove key '" << old
+                            << "': " << e.what();
+  }
+}
+
+}  // namespace symmem

@@ -1,0 +1,57 @@
+#pragma once
+
+// Internal state behind symmem::Group handles, and the helpers group.cpp and group_env.cpp share.
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/exchange.hpp"
+#include "symmem/group.hpp"
+#include "symmem/store.hpp"
+
+namespace symmem {
+
+struct Group::Impl {
+  // Declared first so it is destroyed last: the store client below may be connected to it.
+  std::shared_ptr<TcpStoreServer> server;
+  std::shared_ptr<Store> store;
+  std::string name;
+  int rank = -1;
+  int world_size = 0;
+  int local_rank = -1;
+  int local_world_size = 0;
+  Millis timeout{0};
+  std::vector<std::string> host_ids;  // per group rank
+  std::vector<int> global_ranks;      // per group rank
+  bool single_host = true;
+  // Root group of a job whose store is hosted by rank 0: on destruction every rank checks out
+  // ("<name>/exit/<rank>") and rank 0 waits (bounded) for the others before its server stops.
+  bool checkout_on_exit = false;
+
+  std::mutex barrier_mutex;                  // serialises store_barrier() calls
+  std::unique_ptr<StoreExchange> barrier_x;  // split() rendezvous + store_barrier(); "<name>/b"
+  std::mutex split_mutex;                    // guards split_calls
+  std::map<std::string, int> split_calls;    // per member list: how often split() ran
+
+  ~Impl();
+};
+
+namespace detail {
+
+// This process's host identity: `override_id` if non-empty, else SYMMEM_HOST_ID, else
+// "<hostname>/<boot id>".
+SYMMEM_API std::string host_identity(const std::string& override_id);
+
+// Builds a group over `store` (collective over all `world_size` ranks). Exchanges host ids and
+// checks the launcher's local rank/size in `options` against them. `server` (may be null) is
+// kept alive by the group and its subgroups.
+std::shared_ptr<Group::Impl> make_root_group(std::shared_ptr<Store> store, int rank, int world_size,
+                                             const GroupOptions& options,
+                                             std::shared_ptr<TcpStoreServer> server,
+                                             bool checkout_on_exit);
+
+}  // namespace detail
+}  // namespace symmem

@@ -1,0 +1,112 @@
+#include "core/store.hpp"
+
+#include <charconv>
+#include <memory>
+
+#include "core/check.hpp"
+#include "symmem/env.hpp"
+#include "symmem/error.hpp"
+
+namespace symmem {
+
+Bytes to_bytes(std::string_view s) {
+  return Bytes(s.begin(), s.end());
+}
+
+std::string to_string(const Bytes& b) {
+  return std::string(b.begin(), b.end());
+}
+
+Store::~Store() = default;
+
+namespace detail {
+
+Millis resolve_timeout(Millis timeout) {
+  if (timeout.count() >= 0) return timeout;
+  return Millis(env::get_int_or("SYMMEM_TIMEOUT_MS", 300000));
+}
+
+Clock::time_point deadline_after(Millis timeout) {
+  // Ten years is "forever" for a rendezvous and keeps steady_clock arithmetic far from overflow.
+  constexpr Millis kMax = std::chrono::hours(24 * 365 * 10);
+  if (timeout.count() < 0) timeout = Millis(0);
+  if (timeout > kMax) timeout = kMax;
+  return Clock::now() + timeout;
+}
+
+void check_key(std::string_view op, const std::string& key) {
+  SYMMEM_CHECK_ARG(op, -1, !key.empty(), "key", "is empty");
+  SYMMEM_CHECK_ARG(op, -1, key.size() <= kStoreMaxKeyBytes, "key",
+                   "has " << key.size() << " bytes, more than the limit kStoreMaxKeyBytes = "
+                          << kStoreMaxKeyBytes << " (key starts '" << key.substr(0, 64) << "')");
+}
+
+void check_keys(std::string_view op, const std::vector<std::string>& keys) {
+  for (const auto& k : keys) check_key(op, k);
+}
+
+void check_value(std::string_view op, const std::string& key, const Bytes& value) {
+  SYMMEM_CHECK_ARG(
+      op, -1, value.size() <= kStoreMaxValueBytes, "value",
+      "of key '" << key.substr(0, 256) << "' has " << value.size()
+                 << " bytes, more than the limit kStoreMaxValueBytes = " << kStoreMaxValueBytes);
+}
+
+std::string join_keys(const std::vector<std::string>& keys, size_t max_listed) {
+  std::string out;
+  size_t n = std::min(keys.size(), max_listed);
+  for (size_t i = 0; i < n; ++i) {
+    if (i > 0) out += ", ";
+    out += "'";
+    out += keys[i].size() > 256 ? keys[i].substr(0, 256) + "..." : keys[i];
+    out += "'";
+  }
+  if (keys.size() > n) out += " and " + std::to_string(keys.size() - n) + " more";
+  return out;
+}
+
+void throw_store_timeout(std::string_view op, const std::vector<std::string>& missing,
+                         Millis timeout) {
+  throw_error(ErrorCode::Timeout, op, -1,
+              "timed out after " + std::to_string(timeout.count()) + " ms waiting for " +
+                  (missing.size() == 1 ? "key " : std::to_string(missing.size()) + " keys ") +
+                  join_keys(missing));
+}
+
+int64_t parse_counter(std::string_view op, const std::string& key, const Bytes& value) {
+  int64_t v = 0;
+  const char* first = reinterpret_cast<const char*>(value.data());
+  const char* last = first + value.size();
+  auto [ptr, ec] = std::from_chars(first, last, v);
+  SYMMEM_CHECK_ARG(op, -1, !value.empty() && ec == std::errc() && ptr == last, "key",
+                   "'" << key.substr(0, 256) << "' holds " << value.size()
+                       << " bytes that are not a decimal integer, so add() cannot count on it");
+  return v;
+}
+
+Bytes format_counter(int64_t value) {
+  return to_bytes(std::to_string(value));
+}
+
+int64_t add_counter(std::string_view op, const std::string& key, int64_t a, int64_t b) {
+  int64_t r = 0;
+  SYMMEM_CHECK_ARG(op, -1, !__builtin_add_overflow(a, b, &r), "delta",
+                   "= " << b << " overflows the counter at key '" << key.substr(0, 256) << "' (now "
+                        << a << ")");
+  return r;
+}
+
+}  // namespace detail
+}  // namespace symmem
+
+namespace symmem {
+
+std::shared_ptr<Store> Store::connect(const std::string& url, const std::string& token,
+                                      Millis timeout) {
+  (void)token;
+  (void)timeout;
+  throw_error(ErrorCode::Unsupported, "Store::connect", -1,
+              "'" + url + "': TcpStore and FileStore are not implemented yet (in progress)");
+}
+
+}  // namespace symmem

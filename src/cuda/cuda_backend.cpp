@@ -1,0 +1,81 @@
+// The cuda backend plugin (libsymmem_cuda.so): CUDA VMM memory shared between the processes of
+// one host (cuda_memory.cpp), device-side sync (device_sync.cu) and the peer-pointer
+// collectives (cuda_run_op). Loaded by libsymmem's registry; see include/symmem/backend.hpp.
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "cuda/cuda_memory.hpp"
+#include "cuda/cuda_ops.hpp"
+#include "cuda/driver.hpp"
+#include "cuda/timeout_record.hpp"
+#include "symmem/backend.hpp"
+#include "symmem/error.hpp"
+
+namespace symmem::cuda {
+namespace {
+
+class CudaBackend final : public Backend {
+ public:
+  const char* name() const override { return "cuda"; }
+
+  bool can_serve(const Group& group, Device device, std::string* why) const override {
+    auto fail = [&](const std::string& reason) {
+      if (why != nullptr) *why = "cuda: " + reason;
+      return false;
+    };
+    if (!device.is_cuda()) {
+      return fail("serves GPU buffers only; " + to_string(device) +
+                  " buffers are served by the host backend");
+    }
+    std::string reason;
+    if (!driver_available(&reason)) return fail(reason);
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || device.index < 0 || device.index >= count) {
+      return fail(to_string(device) + " does not exist here (" + std::to_string(count) +
+                  " GPU(s) visible)");
+    }
+    if (!group.single_host()) {
+      return fail(
+          "every rank must be on one host (this group spans several hosts); use "
+          "nvshmem or nccl across hosts");
+    }
+    return true;
+  }
+
+  bool supports(OpKind kind, DType dtype) const override {
+    switch (kind) {
+      case OpKind::barrier:
+      case OpKind::put:
+      case OpKind::get:
+        return true;  // byte movement / no data
+      default:
+        return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16;
+    }
+  }
+
+  std::shared_ptr<BackendMemory> allocate(const Group& group, const RendezvousInfo& info) override {
+    return CudaMemory::create(group, info);
+  }
+
+  void run(const OpArgs& args) override {
+    const int rank = args.group != nullptr ? args.group->rank() : -1;
+    raise_device_timeout(to_string(args.kind), rank);  // NOTE [timeout record]
+    cuda_run_op(args);
+  }
+};
+
+}  // namespace
+}  // namespace symmem::cuda
+
+extern "C" __attribute__((visibility("default"))) int symmem_plugin_abi_version() {
+  return symmem::kPluginAbiVersion;
+}
+
+// Throws BackendUnavailable (with the loader's or cuInit's message) where there is no usable
+// driver; the registry reports it as the reason the cuda backend is unavailable.
+extern "C" __attribute__((visibility("default"))) symmem::Backend* symmem_plugin_create() {
+  (void)symmem::cuda::driver();
+  return new symmem::cuda::CudaBackend();
+}

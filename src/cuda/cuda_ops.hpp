@@ -1,0 +1,10 @@
+#pragma once
+
+// Entry point of the peer-pointer GPU collectives (src/cuda/kernels/, src/cuda/cuda_ops*.cu,
+// owned by the GPU-collectives work). The cuda backend's run() calls it after the core's
+// validation; the nccl and nvshmem plugins call it for ops whose peers are all directly
+// reachable. Runs on args.stream; throws symmem::Error.
+
+#include "symmem/backend.hpp"
+
+void cuda_run_op(const symmem::OpArgs& args);

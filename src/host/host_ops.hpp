@@ -1,0 +1,19 @@
+#pragma once
+
+// The host backend's collectives. HostBackend::run() (src/host/host_backend.cpp) delegates every
+// op to host_run_op(); the implementation lives in src/host/host_ops*.cpp.
+//
+// Contract: `args` has been validated by the core (src/core/ops.cpp): sizes, dtype, ranks,
+// buffer ownership. args.device is the CPU. Synchronisation between ranks goes through the
+// signal pads of symmetric allocations (SymmetricMemory::barrier/put_signal/wait_signal of
+// args.send_sym / args.recv_sym / args.workspace(bytes)), which have deadlines and detect dead
+// peers.
+
+#include "symmem/backend.hpp"
+#include "symmem/export.hpp"
+
+namespace symmem {
+
+SYMMEM_API void host_run_op(const OpArgs& args);
+
+}  // namespace symmem
