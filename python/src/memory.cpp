@@ -340,7 +340,7 @@ Array array_over(const SymmetricMemory& mem, nb::handle shape, nb::handle dtype,
                            "needs " + std::to_string(n) + " bytes at offset " +
                                std::to_string(offset) + ", beyond the buffer's " +
                                std::to_string(mem.size()) + " bytes");
-  return make_array(n == mem.size() && offset == 0 ? mem : mem.view(offset, n), sh, dt);
+  return make_array((n == mem.size() && offset == 0) || n == 0 ? mem : mem.view(offset, n), sh, dt);
 }
 
 template <class C>
@@ -607,7 +607,7 @@ void bind_memory(nb::module_& m) {
           s = allocate(g, n > 0 ? n : 1, d, o);
         }
         register_allocation(s);
-        return make_array(n == s.size() ? s : s.view(0, n), sh, dt);
+        return make_array(n == s.size() || n == 0 ? s : s.view(0, n), sh, dt);
       },
       "shape"_a, "dtype"_a = "float32", "device"_a.none() = "cpu", "group"_a.none() = nb::none(),
       "backend"_a.none() = nb::none(),

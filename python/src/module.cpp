@@ -12,6 +12,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
 #include "common.hpp"
 #include "symmem/version.hpp"
@@ -43,10 +44,11 @@ void translate(const std::exception_ptr& p, void*) {
     PyObject* exc = PyObject_CallOneArg(cls, msg);
     Py_DECREF(msg);
     if (!exc) return;
-    PyObject* code = PyLong_FromLong(static_cast<long>(e.code()));
-    if (code) {
-      PyObject_SetAttrString(exc, "code", code);
-      Py_DECREF(code);
+    try {
+      nb::object code = nb::cast(e.code());  // a symmem.ErrorCode
+      PyObject_SetAttrString(exc, "code", code.ptr());
+    } catch (...) {
+      PyErr_Clear();
     }
     PyErr_SetObject(cls, exc);
     Py_DECREF(exc);
@@ -213,7 +215,7 @@ Device to_device(nb::handle d, const Group* group, const char* op) {
   int index = 0;
   if (s.rfind("cuda:", 0) == 0 && parse_cuda_index(s.substr(5), &index)) return Device::cuda(index);
   throw_invalid_argument(op, group && group->valid() ? group->rank() : -1, "device",
-                         "'" + s + "' is not a device (cpu, cuda, cuda:N or an int N)");
+                         "= '" + s + "' is not a device (cpu, cuda, cuda:N or an int N)");
 }
 
 namespace {
@@ -257,7 +259,7 @@ dl::DataType to_dtype(nb::handle d, const char* op) {
   for (const auto& n : kDTypes)
     if (s == n.name) return n.t;
   throw_invalid_argument(op, -1, "dtype",
-                         "'" + s +
+                         "= '" + s +
                              "' is not a dtype (float32, float64, float16, bfloat16, int8..int64, "
                              "uint8..uint64, bool)");
 }
@@ -564,8 +566,15 @@ void bind_core(nb::module_& m) {
 
   nb::class_<HashStore, Store>(m, "HashStore", "In-process store (tests, single-process groups).")
       .def(nb::init<>());
-  nb::class_<FileStore, Store>(m, "FileStore", "Store in a directory of a shared filesystem.")
-      .def(nb::init<const std::string&>(), "path"_a);
+  // A factory (not a class binding) so that the module does not depend on FileStore's typeinfo.
+  m.def(
+      "FileStore",
+      [](const std::string& path) {
+        std::string abs = std::filesystem::absolute(path).string();
+        nb::gil_scoped_release r;
+        return Store::connect("file://" + abs);
+      },
+      "path"_a, "Store in a directory of a shared filesystem (Store.connect('file://' + path)).");
   nb::class_<TcpStore, Store>(m, "TcpStore", "Client of a TcpStoreServer.")
       .def(
           "__init__",
@@ -695,6 +704,9 @@ void bind_core(nb::module_& m) {
 
 NB_MODULE(_C, m) {
   m.doc() = "symmem C++ bindings (use the `symmem` package).";
+  // The default group is kept until the process exits (never torn down during interpreter
+  // finalisation, when peers may still be using the store it hosts); don't report it as a leak.
+  nanobind::set_leak_warnings(false);
   symmem::py::bind_errors(m);
   symmem::py::bind_core(m);
   symmem::py::bind_memory(m);

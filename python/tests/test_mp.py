@@ -152,7 +152,7 @@ def test_put_get_signals_and_peer_views(g):
     b.wait_signal(left, channel=2, timeout=30)
     assert np.from_dlpack(b)[0] == 1000 + left
     pad = np.from_dlpack(b.signal_pad())
-    assert (pad == 0).all()  # consumed
+    assert (pad[n:3 * n] == 0).all()  # channels 1 and 2 consumed (a peer may be in a barrier on 0)
     b.barrier()
 
 

@@ -235,7 +235,7 @@ def test_errors_map_to_classes(g):
         symmem.reduce_scatter(np.zeros(3), np.zeros(2), group=g)
     with pytest.raises(symmem.InvalidArgument, match="'recv'"):
         symmem.all_gather(np.zeros(3), np.zeros(2), group=g)
-    with pytest.raises(symmem.InvalidArgument, match="'recv'"):
+    with pytest.raises(symmem.InvalidArgument, match="'out'"):
         symmem.all_reduce(np.zeros(3), out=np.zeros(3, dtype=np.float32), group=g)
     with pytest.raises(symmem.InvalidArgument, match="symmetric memory"):
         symmem.put(np.zeros(4, dtype=np.float32), np.zeros(4, dtype=np.float32), 0)
