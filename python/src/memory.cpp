@@ -615,8 +615,8 @@ void bind_memory(nb::module_& m) {
               "device: str | int | object = 'cpu', group: Group | None = None, "
               "backend: str | None = None) -> SymmetricArray"),
       "A new symmetric array (uninitialised; collective over group, default: the default "
-      "group). device: 'cpu', 'cuda' (torch's current device when torch has initialised CUDA, "
-      "else the group's local rank), 'cuda:N', an int N or a torch.device.");
+      "group). device: 'cpu', 'cuda' (torch's current device when torch is imported, else the "
+      "group's local rank), 'cuda:N', an int N or a torch.device.");
 
   m.def("select_backend", &select_backend, "name"_a,
         "Chooses this process's backend (auto, host, cuda, nvshmem, nccl) before the first "

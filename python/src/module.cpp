@@ -194,7 +194,7 @@ int default_cuda_index(const Group* group) {
   if (!torch) PyErr_Clear();
   if (torch) {
     nb::object t = nb::steal(torch);
-    if (nb::cast<bool>(t.attr("cuda").attr("is_initialized")()))
+    if (nb::cast<bool>(t.attr("cuda").attr("is_available")()))
       return nb::cast<int>(t.attr("cuda").attr("current_device")());
   }
   return group && group->valid() ? group->local_rank() : 0;
