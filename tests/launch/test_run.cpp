@@ -18,101 +18,9 @@
 
 #include <gtest/gtest.h>
 
-extern char** environ;
+#include "run_util.hpp"
 
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-struct Result {
-  int rc = -1;  // exit status, or 128+signal
-  std::string out, err;
-  double seconds = 0;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-// Runs symmem-run with `args`; kills it (and fails the test) after `limit_s`. `during` runs
-// while it is running (with its pid).
-Result run(std::vector<std::string> args, double limit_s = 30,
-           const std::function<void(pid_t)>& during = nullptr,
-           const std::vector<std::string>& extra_env = {}) {
-  args.insert(args.begin(), SYMMEM_RUN_PATH);
-  char out_path[] = "/tmp/symmem-run-test-out-XXXXXX";
-  char err_path[] = "/tmp/symmem-run-test-err-XXXXXX";
-  int out_fd = mkstemp(out_path);
-  int err_fd = mkstemp(err_path);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
-  posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_s;
-  for (char** e = environ; *e != nullptr; ++e) env_s.emplace_back(*e);
-  for (const auto& e : extra_env) env_s.push_back(e);
-  std::vector<char*> envp;
-  for (auto& e : env_s) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  Result r;
-  auto t0 = Clock::now();
-  pid_t pid = -1;
-  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  close(out_fd);
-  close(err_fd);
-  if (rc != 0) {
-    ADD_FAILURE() << "cannot spawn " << argv[0] << ": " << strerror(rc);
-    return r;
-  }
-  if (during) during(pid);
-  int st = 0;
-  for (;;) {
-    pid_t w = waitpid(pid, &st, WNOHANG);
-    if (w == pid) break;
-    if (std::chrono::duration<double>(Clock::now() - t0).count() > limit_s) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &st, 0);
-      ADD_FAILURE() << "symmem-run did not finish within " << limit_s << " s";
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  r.out = slurp(out_path);
-  r.err = slurp(err_path);
-  unlink(out_path);
-  unlink(err_path);
-  return r;
-}
-
-std::vector<std::string> lines(const std::string& s) {
-  std::vector<std::string> v;
-  std::istringstream in(s);
-  for (std::string l; std::getline(in, l);) v.push_back(l);
-  return v;
-}
-
-bool contains(const std::string& hay, const std::string& needle) {
-  return hay.find(needle) != std::string::npos;
-}
-
-bool pid_alive(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string s;
-  if (!std::getline(f, s)) return false;
-  auto p = s.rfind(") ");
-  return p != std::string::npos && s[p + 2] != 'Z';
-}
-
-}  // namespace
+using namespace symmem::test;
 
 TEST(SymmemRun, EveryRankGetsItsEnvironment) {
   auto r = run({"-n", "3", "--", "sh", "-c", "echo $RANK/$WORLD_SIZE/$LOCAL_RANK/$MASTER_PORT"});
@@ -132,8 +40,7 @@ TEST(SymmemRun, EveryRankGetsItsEnvironment) {
   EXPECT_EQ(r.err, "");
 }
 
-// TODO(launch): enabled once symmem-run hosts the TcpStoreServer.
-TEST(SymmemRun, DISABLED_SymmemVariablesAndStore) {
+TEST(SymmemRun, SymmemVariablesAndStore) {
   auto r = run({"-n", "2", "sh", "-c",
                 "echo $SYMMEM_RANK,$SYMMEM_WORLD_SIZE,$SYMMEM_LOCAL_RANK,$SYMMEM_LOCAL_WORLD_SIZE,"
                 "$LOCAL_WORLD_SIZE,$MASTER_ADDR,$SYMMEM_STORE_TOKEN,$SYMMEM_STORE"});
@@ -206,7 +113,7 @@ TEST(SymmemRun, RankKilledBySignalIsNamed) {
 
 TEST(SymmemRun, RankIgnoringTermIsKilledAfterGrace) {
   auto r = run({"-n", "2", "--kill-grace", "1", "--", "sh", "-c",
-                "trap '' TERM; if [ $RANK = 0 ]; then exit 3; fi; "
+                "trap '' TERM; if [ $RANK = 0 ]; then sleep 0.3; exit 3; fi; "
                 "while true; do sleep 0.05; done"});
   EXPECT_NE(r.rc, 0);
   EXPECT_GT(r.seconds, 0.9);
@@ -300,4 +207,42 @@ TEST(SymmemRun, BadUsageAndMissingProgram) {
   EXPECT_TRUE(contains(r.err, "cannot execute '/definitely/not/here'")) << r.err;
   r = run({"-n2", "true"});
   EXPECT_EQ(r.rc, 0) << r.err;
+}
+
+TEST(SymmemRun, SecondSigintKillsAtOnce) {
+  auto r = run({"-n", "2", "--kill-grace", "30", "--", "sh", "-c",
+                "trap 'echo int $RANK' INT; while true; do sleep 0.05; done"},
+               30, [](pid_t pid) {
+                 std::this_thread::sleep_for(std::chrono::milliseconds(400));
+                 kill(pid, SIGINT);
+                 std::this_thread::sleep_for(std::chrono::milliseconds(300));
+                 kill(pid, SIGINT);
+               });
+  EXPECT_EQ(r.rc, 128 + SIGINT) << r.err;
+  EXPECT_LT(r.seconds, 10);  // not the 30 s kill grace
+  EXPECT_TRUE(contains(r.out, "[0] int 0")) << r.out;
+  EXPECT_TRUE(contains(r.err, "rank 1 killed by signal 9 (Killed)")) << r.err;
+}
+
+TEST(SymmemRun, RanksDieWithTheLauncher) {
+  char path[] = "/tmp/symmem-run-test-pids-XXXXXX";
+  int fd = mkstemp(path);
+  close(fd);
+  std::string file = path;
+  auto r = run({"-n", "2", "--", "sh", "-c", "echo $$ >> " + file + "; exec sleep 60"}, 30,
+               [&](pid_t pid) {
+                 for (int i = 0; i < 200 && lines(slurp(file)).size() < 2; ++i) {
+                   std::this_thread::sleep_for(std::chrono::milliseconds(10));
+                 }
+                 kill(pid, SIGKILL);
+               });
+  EXPECT_EQ(r.rc, 128 + SIGKILL);
+  auto pids = lines(slurp(file));
+  unlink(path);
+  ASSERT_EQ(pids.size(), 2u);
+  for (int i = 0; i < 100; ++i) {
+    if (!pid_alive(std::stoi(pids[0])) && !pid_alive(std::stoi(pids[1]))) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (const auto& p : pids) EXPECT_FALSE(pid_alive(std::stoi(p))) << "rank pid " << p;
 }

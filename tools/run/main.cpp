@@ -21,9 +21,6 @@
 #include "symmem/error.hpp"
 #include "symmem/store.hpp"
 
-// TODO(launch): set to 1 once TcpStoreServer is in main.
-#define SYMMEM_RUN_HOSTS_STORE 0
-
 namespace {
 
 constexpr const char* kUsage =
@@ -174,7 +171,6 @@ int main(int argc, char** argv) {
   config.env["MASTER_PORT"] = std::to_string(master_port);
   config.env["SYMMEM_STORE_TOKEN"] = token;
 
-#if SYMMEM_RUN_HOSTS_STORE
   std::unique_ptr<symmem::TcpStoreServer> server;
   try {
     server = symmem::TcpStoreServer::start("127.0.0.1", 0, token);
@@ -183,11 +179,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   config.env["SYMMEM_STORE"] = "tcp://127.0.0.1:" + std::to_string(server->port());
-#endif
 
   int rc = symmem::run::run_job(config);
-#if SYMMEM_RUN_HOSTS_STORE
   server->stop();
-#endif
   return rc;
 }
