@@ -24,6 +24,7 @@ else:
     g = symmem.Group.from_env()
 n, r = g.world_size, g.rank
 torch.cuda.set_device(g.local_rank % torch.cuda.device_count())  # shared GPU: SYMMEM_ALLOW_SHARED_GPU=1
+torch.zeros(1, device="cuda")  # torch's CUDA context, current on this thread
 
 # 1. A bf16 tensor in symmetric GPU memory; all-reduce in place on the current stream.
 x = torch.from_dlpack(symmem.empty((4096,), dtype="bfloat16", device="cuda", group=g))

@@ -450,7 +450,7 @@ def allocate(group: Group | None, nbytes: int, device: str | int | object = 'cpu
 
 def empty(shape: int | Sequence[int], dtype: object = 'float32', device: str | int | object = 'cpu', group: Group | None = None, backend: str | None = None) -> SymmetricArray:
     """
-    A new symmetric array (uninitialised; collective over group, default: the default group). device: 'cpu', 'cuda' (torch's current device when torch has initialised CUDA, else the group's local rank), 'cuda:N', an int N or a torch.device.
+    A new symmetric array (uninitialised; collective over group, default: the default group). device: 'cpu', 'cuda' (torch's current device when torch is imported, else the group's local rank), 'cuda:N', an int N or a torch.device.
     """
 
 def select_backend(name: str) -> None:

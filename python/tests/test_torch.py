@@ -91,6 +91,7 @@ def test_group_from_process_group(tmp_path):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
 def test_cuda_tensor_dlpack(g):
+    torch.zeros(1, device="cuda:0")  # a current CUDA context (see test_torch_mp.cuda_group)
     try:
         b = symmem.empty((32,), dtype="float32", device="cuda:0", group=g)
     except (symmem.BackendUnavailable, symmem.Unsupported) as e:

@@ -34,6 +34,9 @@ def cuda_group(g):
     if count < g.local_world_size and os.environ.get("SYMMEM_ALLOW_SHARED_GPU", "0") in ("0", ""):
         pytest.skip(f"needs {g.local_world_size} CUDA GPUs (or SYMMEM_ALLOW_SHARED_GPU=1)")
     torch.cuda.set_device(g.local_rank % count)
+    # Make torch's context current on this thread before symmem allocates: the cuda backend
+    # currently fails (CUDA_ERROR_CONTEXT_IS_DESTROYED) when no context is current.
+    torch.zeros(1, device="cuda")
     return g
 
 
