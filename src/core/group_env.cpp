@@ -121,14 +121,6 @@ std::string tcp_url(const std::string& host, int port) {
   return "tcp://" + host + ":" + std::to_string(port);
 }
 
-// TODO(launch): TcpStoreServer is not in main yet; until it lands, hosting the store in rank 0
-// is reported as unavailable (SYMMEM_STORE with a FileStore works).
-std::shared_ptr<TcpStoreServer> start_store_server(const std::string&, uint16_t,
-                                                   const std::string&) {
-  throw_error(ErrorCode::Unsupported, "TcpStoreServer::start", 0,
-              "the TCP store server is not built yet; set SYMMEM_STORE=file:///shared/dir");
-}
-
 }  // namespace
 
 namespace detail {
@@ -311,7 +303,7 @@ Group Group::from_env(const GroupOptions& options) {
       std::string bind = env::get_string("SYMMEM_STORE_BIND");
       if (bind.empty()) bind = is_loopback(s.master_addr) ? "127.0.0.1" : s.master_addr;
       try {
-        server = start_store_server(bind, static_cast<uint16_t>(s.store_port), token);
+        server = TcpStoreServer::start(bind, static_cast<uint16_t>(s.store_port), token);
       } catch (const Error& e) {
         throw Error(e.code(),
                     std::string(kOp) + ": rank 0: cannot host the store at " + bind + ":" +
@@ -324,8 +316,8 @@ Group Group::from_env(const GroupOptions& options) {
       SYMMEM_LOG(INFO, STORE) << "rank 0 hosts the store at " << bind << ":" << s.store_port;
     }
     std::string host = s.master_addr;
-    if (s.rank == 0) {       // connect to our own server where it listens
-      host = s.master_addr;  // TODO(launch): server->host() once TcpStoreServer lands
+    if (s.rank == 0) {  // connect to our own server where it listens
+      host = server->host();
       if (host == "0.0.0.0") host = "127.0.0.1";
       if (host == "::") host = "::1";
     }

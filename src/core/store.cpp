@@ -21,16 +21,19 @@ Store::~Store() = default;
 
 namespace detail {
 
+namespace {
+// Ten years is "forever" for a rendezvous and keeps steady_clock arithmetic far from overflow.
+constexpr Millis kMaxTimeout = std::chrono::hours(24 * 365 * 10);
+}  // namespace
+
 Millis resolve_timeout(Millis timeout) {
-  if (timeout.count() >= 0) return timeout;
-  return Millis(env::get_int_or("SYMMEM_TIMEOUT_MS", 300000));
+  if (timeout.count() < 0) timeout = Millis(env::get_int_or("SYMMEM_TIMEOUT_MS", 300000));
+  return std::min(timeout, kMaxTimeout);
 }
 
 Clock::time_point deadline_after(Millis timeout) {
-  // Ten years is "forever" for a rendezvous and keeps steady_clock arithmetic far from overflow.
-  constexpr Millis kMax = std::chrono::hours(24 * 365 * 10);
   if (timeout.count() < 0) timeout = Millis(0);
-  if (timeout > kMax) timeout = kMax;
+  if (timeout > kMaxTimeout) timeout = kMaxTimeout;
   return Clock::now() + timeout;
 }
 
@@ -101,12 +104,50 @@ int64_t add_counter(std::string_view op, const std::string& key, int64_t a, int6
 
 namespace symmem {
 
+namespace {
+std::shared_ptr<Store> make_file_store(const std::string& path) {
+  return std::make_shared<FileStore>(path);
+}
+}  // namespace
+
 std::shared_ptr<Store> Store::connect(const std::string& url, const std::string& token,
                                       Millis timeout) {
-  (void)token;
-  (void)timeout;
-  throw_error(ErrorCode::Unsupported, "Store::connect", -1,
-              "'" + url + "': TcpStore and FileStore are not implemented yet (in progress)");
+  const char* op = "Store::connect";
+  const std::string tcp = "tcp://", file = "file://";
+  if (url.rfind(file, 0) == 0) {
+    std::string path = url.substr(file.size());
+    SYMMEM_CHECK_ARG(op, -1, !path.empty() && path[0] == '/', "url",
+                     "= '" << url << "' must name an absolute path: file:///path/to/dir");
+    return make_file_store(path);
+  }
+  SYMMEM_CHECK_ARG(op, -1, url.rfind(tcp, 0) == 0, "url",
+                   "= '" << url << "' is neither tcp://host:port nor file:///path");
+  std::string rest = url.substr(tcp.size());
+  while (!rest.empty() && rest.back() == '/') rest.pop_back();
+  std::string host, port_str;
+  if (!rest.empty() && rest[0] == '[') {  // [ipv6]:port
+    size_t close = rest.find(']');
+    SYMMEM_CHECK_ARG(
+        op, -1, close != std::string::npos && close + 1 < rest.size() && rest[close + 1] == ':',
+        "url", "= '" << url << "' is not tcp://[ipv6]:port");
+    host = rest.substr(1, close - 1);
+    port_str = rest.substr(close + 2);
+  } else {
+    size_t colon = rest.rfind(':');
+    SYMMEM_CHECK_ARG(op, -1, colon != std::string::npos, "url",
+                     "= '" << url << "' lacks a port: tcp://host:port");
+    host = rest.substr(0, colon);
+    port_str = rest.substr(colon + 1);
+  }
+  int port = 0;
+  auto [ptr, ec] = std::from_chars(port_str.data(), port_str.data() + port_str.size(), port);
+  SYMMEM_CHECK_ARG(op, -1,
+                   !host.empty() && ec == std::errc() && ptr == port_str.data() + port_str.size() &&
+                       port >= 1 && port <= 65535,
+                   "url", "= '" << url << "' needs a host and a port in 1..65535");
+  std::string tok = token.empty() ? env::get_string("SYMMEM_STORE_TOKEN") : token;
+  return std::make_shared<TcpStore>(host, static_cast<uint16_t>(port), tok,
+                                    detail::resolve_timeout(timeout));
 }
 
 }  // namespace symmem

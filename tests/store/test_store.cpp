@@ -21,7 +21,7 @@ class StoreTest : public ::testing::Test {
   std::shared_ptr<Store> store_;
 };
 
-using Factories = ::testing::Types<HashStoreFactory>;
+using Factories = ::testing::Types<HashStoreFactory, TcpStoreFactory, FileStoreFactory>;
 class FactoryNames {
  public:
   template <class T>
@@ -108,7 +108,11 @@ TYPED_TEST(StoreTest, AddIsAtomicAcrossThreads) {
   for (int i = 0; i < kThreads; ++i) {
     auto s = this->factory_.another(this->store_);
     ts.emplace_back([s] {
-      for (int j = 0; j < kEach; ++j) s->add("atomic", 1);
+      try {
+        for (int j = 0; j < kEach; ++j) s->add("atomic", 1);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
+      }
     });
   }
   for (auto& t : ts) t.join();
@@ -136,7 +140,11 @@ TYPED_TEST(StoreTest, CompareSetElectsOneWinner) {
     auto s = this->factory_.another(this->store_);
     ts.emplace_back([s, i, &winners] {
       Bytes mine = to_bytes("t" + std::to_string(i));
-      if (s->compare_set("leader", Bytes(), mine) == mine) ++winners;
+      try {
+        if (s->compare_set("leader", Bytes(), mine) == mine) ++winners;
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
+      }
     });
   }
   for (auto& t : ts) t.join();
@@ -211,13 +219,18 @@ TYPED_TEST(StoreTest, ConcurrentThreadsSeeEachOthersKeys) {
   for (int i = 0; i < kThreads; ++i) {
     auto s = this->factory_.another(this->store_);
     ts.emplace_back([s, i, &bad] {
-      for (int k = 0; k < kKeys; ++k) {
-        s->set("c/" + std::to_string(i) + "/" + std::to_string(k), to_bytes(std::to_string(k * i)));
-      }
-      int peer = (i + 1) % kThreads;
-      for (int k = 0; k < kKeys; ++k) {
-        auto v = s->get("c/" + std::to_string(peer) + "/" + std::to_string(k), 10s);
-        if (to_string(v) != std::to_string(k * peer)) ++bad;
+      try {
+        for (int k = 0; k < kKeys; ++k) {
+          s->set("c/" + std::to_string(i) + "/" + std::to_string(k),
+                 to_bytes(std::to_string(k * i)));
+        }
+        int peer = (i + 1) % kThreads;
+        for (int k = 0; k < kKeys; ++k) {
+          auto v = s->get("c/" + std::to_string(peer) + "/" + std::to_string(k), 10s);
+          if (to_string(v) != std::to_string(k * peer)) ++bad;
+        }
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "thread " << i << ": " << e.what();
       }
     });
   }
@@ -229,6 +242,21 @@ TEST(StoreBytes, ToBytesToString) {
   EXPECT_EQ(to_string(to_bytes("hello")), "hello");
   EXPECT_EQ(to_bytes(std::string_view("a\0b", 3)).size(), 3u);
   EXPECT_TRUE(to_bytes("").empty());
+}
+
+}  // namespace
+}  // namespace symmem::test
+
+namespace symmem::test {
+namespace {
+
+TEST(FileStoreUrl, ConnectOpensTheDirectory) {
+  FileStoreFactory f;
+  auto a = f.make();
+  auto b = Store::connect("file://" + f.dir);
+  a->set("shared/key", to_bytes("v"));
+  EXPECT_EQ(to_string(b->get("shared/key", std::chrono::seconds(1))), "v");
+  EXPECT_EQ(b->num_keys(), 1);
 }
 
 }  // namespace

@@ -1,0 +1,33 @@
+#pragma once
+
+// symmem-run's process management: starts N ranks, relays their output line by line with a
+// "[rank] " prefix, forwards SIGINT/SIGTERM, stops everyone when a rank fails or the job times
+// out, and summarises how each rank ended.
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace symmem::run {
+
+struct LaunchConfig {
+  int nranks = 1;
+  std::vector<std::string> argv;  // program and its arguments
+  double timeout_s = 0;           // 0: none
+  double fail_grace_s = 0;        // after a failure, wait this long before stopping the others
+  double kill_grace_s = 3;        // SIGTERM -> SIGKILL
+  double skip_grace_s = 5;        // after a rank exits 77, wait this long for the others
+  std::map<std::string, std::string> env;  // added to every rank's environment
+  // Per rank variables (RANK, ...) are added by the launcher itself.
+};
+
+inline constexpr int kExitSkip = 77;
+inline constexpr int kExitTimeout = 124;
+inline constexpr int kExitCannotExec = 127;
+
+// Runs the job; returns symmem-run's exit status: 0 when every rank exited 0, 77 when every rank
+// exited 77, 124 after --timeout, 128+N after symmem-run was stopped by signal N, else 1.
+int run_job(const LaunchConfig& config);
+
+}  // namespace symmem::run

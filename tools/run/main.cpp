@@ -1,0 +1,186 @@
+// symmem-run: starts N local ranks of a program, like `torchrun --standalone`.
+//
+//   symmem-run -n N [--timeout SEC] [--fail-grace SEC] [--] PROGRAM [ARGS...]
+//
+// See `symmem-run --help` and docs/launching.md.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "launcher.hpp"
+#include "symmem/error.hpp"
+#include "symmem/store.hpp"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: symmem-run -n N [--timeout SEC] [--fail-grace SEC] [--kill-grace SEC] [--]\n"
+    "                  PROGRAM [ARGS...]\n"
+    "\n"
+    "Starts N ranks of PROGRAM on this host, hosts their rendezvous store, and relays their\n"
+    "output with a \"[rank] \" prefix. Each rank gets RANK, WORLD_SIZE, LOCAL_RANK,\n"
+    "LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT (a free port, left for\n"
+    "torch.distributed), SYMMEM_RANK, SYMMEM_WORLD_SIZE, SYMMEM_LOCAL_RANK,\n"
+    "SYMMEM_LOCAL_WORLD_SIZE, SYMMEM_STORE=tcp://127.0.0.1:PORT and a random SYMMEM_STORE_TOKEN.\n"
+    "\n"
+    "  -n, --np N          number of ranks (1..4096)\n"
+    "  --timeout SEC       stop the job after SEC seconds (exit status 124)\n"
+    "  --fail-grace SEC    after a rank fails, give the others SEC seconds to end on their own\n"
+    "                      (to see their errors) before stopping them; default 0\n"
+    "  --kill-grace SEC    SIGTERM -> SIGKILL delay when stopping ranks; default 3\n"
+    "  -h, --help          this text\n"
+    "\n"
+    "If a rank exits non-zero or dies by a signal, the others get SIGTERM (then SIGKILL) and\n"
+    "symmem-run prints one line per failed rank on stderr. SIGINT/SIGTERM are forwarded to the\n"
+    "ranks. Exit status: 0 when every rank exited 0; 77 when every rank exited 77 (skipped);\n"
+    "124 after --timeout; 127 when PROGRAM cannot be executed; 128+N when symmem-run got\n"
+    "signal N; 1 otherwise.\n";
+
+[[noreturn]] void usage_error(const std::string& what) {
+  std::fprintf(stderr, "symmem-run: %s\n%s", what.c_str(), kUsage);
+  std::exit(2);
+}
+
+double parse_seconds(const std::string& flag, const std::string& v, bool allow_zero) {
+  char* end = nullptr;
+  errno = 0;
+  double d = std::strtod(v.c_str(), &end);
+  if (v.empty() || end != v.c_str() + v.size() || errno != 0 || !std::isfinite(d) || d < 0 ||
+      (!allow_zero && d == 0) || d > 1e7) {
+    usage_error(flag + " wants a number of seconds" + (allow_zero ? " >= 0" : " > 0") + ", got '" +
+                v + "'");
+  }
+  return d;
+}
+
+int parse_count(const std::string& v) {
+  char* end = nullptr;
+  errno = 0;
+  long n = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || end != v.c_str() + v.size() || errno != 0 || n < 1 || n > 4096) {
+    usage_error("-n wants a number of ranks in 1..4096, got '" + v + "'");
+  }
+  return static_cast<int>(n);
+}
+
+std::string random_token() {
+  unsigned char b[16];
+  size_t got = 0;
+  while (got < sizeof(b)) {
+    ssize_t n = getrandom(b + got, sizeof(b) - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      std::fprintf(stderr, "symmem-run: getrandom: %s\n", std::strerror(errno));
+      std::exit(1);
+    }
+    got += static_cast<size_t>(n);
+  }
+  static const char* hex = "0123456789abcdef";
+  std::string s;
+  for (unsigned char c : b) {
+    s += hex[c >> 4];
+    s += hex[c & 15];
+  }
+  return s;
+}
+
+// A port that is free now (for MASTER_PORT; whoever uses it binds it later).
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof(a);
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  symmem::run::LaunchConfig config;
+  bool have_n = false;
+  int i = 1;
+  auto value = [&](const std::string& flag) -> std::string {
+    if (i + 1 >= argc) usage_error(flag + " needs a value");
+    return argv[++i];
+  };
+  for (; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (a.empty() || a[0] != '-') break;  // the program
+    std::string flag = a, inline_value;
+    bool has_inline = false;
+    if (a.rfind("--", 0) == 0 && a.find('=') != std::string::npos) {
+      flag = a.substr(0, a.find('='));
+      inline_value = a.substr(a.find('=') + 1);
+      has_inline = true;
+    } else if (a.size() > 2 && a.rfind("-n", 0) == 0 && a[2] != 'p') {
+      flag = "-n";
+      inline_value = a.substr(2);
+      has_inline = true;
+    }
+    auto get = [&]() { return has_inline ? inline_value : value(flag); };
+    if (flag == "-h" || flag == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (flag == "-n" || flag == "--np" || flag == "-np") {
+      config.nranks = parse_count(get());
+      have_n = true;
+    } else if (flag == "--timeout") {
+      config.timeout_s = parse_seconds(flag, get(), false);
+    } else if (flag == "--fail-grace") {
+      config.fail_grace_s = parse_seconds(flag, get(), true);
+    } else if (flag == "--kill-grace") {
+      config.kill_grace_s = parse_seconds(flag, get(), true);
+    } else {
+      usage_error("unknown option '" + a + "'");
+    }
+  }
+  if (!have_n) usage_error("-n N is required");
+  if (i >= argc) usage_error("no PROGRAM given");
+  for (; i < argc; ++i) config.argv.emplace_back(argv[i]);
+
+  std::string token = random_token();
+  int master_port = free_port();
+  if (master_port < 0) {
+    std::fprintf(stderr, "symmem-run: cannot find a free port: %s\n", std::strerror(errno));
+    return 1;
+  }
+  config.env["MASTER_ADDR"] = "127.0.0.1";
+  config.env["MASTER_PORT"] = std::to_string(master_port);
+  config.env["SYMMEM_STORE_TOKEN"] = token;
+
+  std::unique_ptr<symmem::TcpStoreServer> server;
+  try {
+    server = symmem::TcpStoreServer::start("127.0.0.1", 0, token);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "symmem-run: cannot start the store: %s\n", e.what());
+    return 1;
+  }
+  config.env["SYMMEM_STORE"] = "tcp://127.0.0.1:" + std::to_string(server->port());
+
+  int rc = symmem::run::run_job(config);
+  server->stop();
+  return rc;
+}
