@@ -208,3 +208,41 @@ TEST(SymmemRun, BadUsageAndMissingProgram) {
   r = run({"-n2", "true"});
   EXPECT_EQ(r.rc, 0) << r.err;
 }
+
+TEST(SymmemRun, SecondSigintKillsAtOnce) {
+  auto r = run({"-n", "2", "--kill-grace", "30", "--", "sh", "-c",
+                "trap 'echo int $RANK' INT; while true; do sleep 0.05; done"},
+               30, [](pid_t pid) {
+                 std::this_thread::sleep_for(std::chrono::milliseconds(400));
+                 kill(pid, SIGINT);
+                 std::this_thread::sleep_for(std::chrono::milliseconds(300));
+                 kill(pid, SIGINT);
+               });
+  EXPECT_EQ(r.rc, 128 + SIGINT) << r.err;
+  EXPECT_LT(r.seconds, 10);  // not the 30 s kill grace
+  EXPECT_TRUE(contains(r.out, "[0] int 0")) << r.out;
+  EXPECT_TRUE(contains(r.err, "rank 1 killed by signal 9 (Killed)")) << r.err;
+}
+
+TEST(SymmemRun, RanksDieWithTheLauncher) {
+  char path[] = "/tmp/symmem-run-test-pids-XXXXXX";
+  int fd = mkstemp(path);
+  close(fd);
+  std::string file = path;
+  auto r = run({"-n", "2", "--", "sh", "-c", "echo $$ >> " + file + "; exec sleep 60"}, 30,
+               [&](pid_t pid) {
+                 for (int i = 0; i < 200 && lines(slurp(file)).size() < 2; ++i) {
+                   std::this_thread::sleep_for(std::chrono::milliseconds(10));
+                 }
+                 kill(pid, SIGKILL);
+               });
+  EXPECT_EQ(r.rc, 128 + SIGKILL);
+  auto pids = lines(slurp(file));
+  unlink(path);
+  ASSERT_EQ(pids.size(), 2u);
+  for (int i = 0; i < 100; ++i) {
+    if (!pid_alive(std::stoi(pids[0])) && !pid_alive(std::stoi(pids[1]))) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (const auto& p : pids) EXPECT_FALSE(pid_alive(std::stoi(p))) << "rank pid " << p;
+}
