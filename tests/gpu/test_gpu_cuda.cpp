@@ -251,6 +251,7 @@ TEST(CudaBackend, AllocateFreeCyclesLeakNothing) {
   const size_t bytes = 48u << 20;
   {
     auto warm = alloc_on(g_group, bytes);
+    (void)warm.view(4096, 4096 * 2).device_handle();  // the runtime's small-allocation pool
     warm.barrier();
     warm.free();
   }
@@ -270,9 +271,9 @@ TEST(CudaBackend, AllocateFreeCyclesLeakNothing) {
   CUDART_OK(cudaMemGetInfo(&free1, &total));
   g_group.store_barrier();
   const long long diff = static_cast<long long>(free0) - static_cast<long long>(free1);
-  // One leaked cycle would be >= 48 MiB * world on this GPU; allow the runtime's small noise.
-  EXPECT_LE(diff, 4ll << 20) << "device free memory went from " << free0 << " to " << free1
-                             << " over 20 allocate/free cycles of " << bytes << " bytes";
+  // One leaked cycle would be >= 48 MiB * world on this GPU; allow the runtimes' small pools.
+  EXPECT_LE(diff, 16ll << 20) << "device free memory went from " << free0 << " to " << free1
+                              << " over 20 allocate/free cycles of " << bytes << " bytes";
 }
 
 TEST(CudaBackend, TimeoutNamesRankAndChannel) {
