@@ -47,8 +47,8 @@
   X("SYMMEM_HOST_ID", "string", "", "",                                                           \
     "Overrides the host identity used to decide which ranks share a host.")                       \
   X("SYMMEM_SOCKET_DIR", "string", "", "",                                                        \
-    "Parent directory for the private (0700) IPC socket directories; default XDG_RUNTIME_DIR or " \
-    "/tmp.")                                                                                     \
+    "If set, IPC sockets live in a private (0700) directory created under it; unset: the "       \
+    "abstract socket namespace (nothing on disk).")                   \
   X("SYMMEM_ALLOW_SHARED_GPU", "bool", "0", "",                                                   \
     "Allow several ranks on one GPU (cuda backend); needs MPS for concurrent kernels.")
 

@@ -28,8 +28,7 @@ SYMMEM_API SymmetricMemory find_symmetric_any(const void* p);
 
 // Throws InvalidArgument "<op>: rank R: argument '<arg>' ..." when `buf` is empty or freed
 // (naming the freed allocation). Ops call it on every SymmetricMemory argument.
-SYMMEM_API void check_usable(const SymmetricMemory& buf, std::string_view op,
-                             std::string_view arg);
+SYMMEM_API void check_usable(const SymmetricMemory& buf, std::string_view op, std::string_view arg);
 
 // "allocation #3 of group g0 (4096 bytes, host)": how errors name a buffer.
 SYMMEM_API std::string describe(const SymmetricMemory& buf);

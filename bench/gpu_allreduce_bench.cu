@@ -1,0 +1,249 @@
+// Times symmem::all_reduce on GPU buffers with CUDA events, eager and CUDA-graph captured, the
+// way bench/torch_compare.py times torch's symmetric-memory all-reduces: in place on a
+// symmetric buffer (zero copy), median GPU time per call over several repeats. Every rank runs
+// it under symmem-run; rank 0 prints one JSON object per line:
+//   {"impl":"symmem","algo":"auto","mode":"eager","world":4,"bytes":4096,"dtype":"bf16",
+//    "us":12.3,"correct":true}
+// Before timing each (size, algo) it checks the result once (every rank contributes rank+1, so
+// the sum is world*(world+1)/2, exact in bf16 for the world sizes used). Exits 1 when a check
+// fails.
+//
+// usage: gpu_allreduce_bench [--sizes B,B,...] [--dtype bf16|f16|f32] [--algos
+// auto,one_shot,two_shot]
+//                            [--modes eager,graph] [--iters N] [--repeats N] [--pointer]
+//   --pointer: use the pointer form with ordinary (cudaMalloc) send/recv instead (staged copies).
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "symmem/symmem.hpp"
+
+namespace {
+
+#define BENCH_CUDA(call)                                                      \
+  do {                                                                        \
+    cudaError_t e_ = (call);                                                  \
+    if (e_ != cudaSuccess) {                                                  \
+      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_)); \
+      std::exit(2);                                                           \
+    }                                                                         \
+  } while (0)
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+float bf16_to_f32(uint16_t b) {
+  uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint16_t f32_to_f16(float f) {  // small integers only (exact)
+  int v = static_cast<int>(f);
+  if (v == 0) return 0;
+  int e = 0;
+  while ((1 << (e + 1)) <= v) ++e;
+  uint32_t mant = (static_cast<uint32_t>(v) << (10 - e)) & 0x3ffu;
+  return static_cast<uint16_t>(((e + 15) << 10) | mant);
+}
+float f16_to_f32(uint16_t h) {
+  int e = (h >> 10) & 0x1f;
+  int m = h & 0x3ff;
+  if (e == 0) return std::ldexp(static_cast<float>(m), -24);
+  return std::ldexp(1.0f + m / 1024.0f, e - 15);
+}
+
+struct Options {
+  std::vector<size_t> sizes = {4096,     16384,    65536,     262144,
+                               1u << 20, 4u << 20, 16u << 20, 64u << 20};
+  symmem::DType dtype = symmem::DType::bf16;
+  std::vector<symmem::Algo> algos = {symmem::Algo::automatic, symmem::Algo::one_shot,
+                                     symmem::Algo::two_shot};
+  std::vector<std::string> modes = {"eager", "graph"};
+  int iters = 20;
+  int repeats = 5;
+  bool pointer = false;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--sizes") {
+      o.sizes.clear();
+      for (auto& s : split(next())) o.sizes.push_back(std::stoull(s));
+    } else if (a == "--dtype") {
+      o.dtype = symmem::parse_dtype(next());
+    } else if (a == "--algos") {
+      o.algos.clear();
+      for (auto& s : split(next())) o.algos.push_back(symmem::parse_algo(s));
+    } else if (a == "--modes") {
+      o.modes = split(next());
+    } else if (a == "--iters") {
+      o.iters = std::stoi(next());
+    } else if (a == "--repeats") {
+      o.repeats = std::stoi(next());
+    } else if (a == "--pointer") {
+      o.pointer = true;
+    } else {
+      std::fprintf(stderr, "unknown argument %s (see the comment at the top of %s)\n", a.c_str(),
+                   __FILE__);
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o = parse(argc, argv);
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    std::fprintf(stderr, "no GPU\n");
+    return 77;
+  }
+  try {
+    symmem::Group g = symmem::Group::from_env();
+    const int rank = g.rank(), world = g.world_size();
+    const int dev = g.local_rank() % ndev;
+    BENCH_CUDA(cudaSetDevice(dev));
+    const size_t es = symmem::dtype_size(o.dtype);
+    const size_t max_bytes = *std::max_element(o.sizes.begin(), o.sizes.end());
+    symmem::AllocOptions ao;
+    ao.backend = "cuda";
+    auto buf = symmem::allocate(g, max_bytes, symmem::Device::cuda(dev), ao);
+    void* send = nullptr;
+    void* recv = nullptr;
+    if (o.pointer) {
+      BENCH_CUDA(cudaMalloc(&send, max_bytes));
+      BENCH_CUDA(cudaMalloc(&recv, max_bytes));
+    }
+    cudaStream_t s;
+    BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaEvent_t e0, e1;
+    BENCH_CUDA(cudaEventCreate(&e0));
+    BENCH_CUDA(cudaEventCreate(&e1));
+    bool all_ok = true;
+    for (size_t bytes : o.sizes) {
+      const size_t count = bytes / es;
+      void* data = o.pointer ? send : buf.ptr(rank);
+      for (symmem::Algo algo : o.algos) {
+        symmem::OpOptions opt;
+        opt.stream = s;
+        opt.algo = algo;
+        opt.device = symmem::Device::cuda(dev);
+        auto op = [&] {
+          if (o.pointer) {
+            symmem::all_reduce(send, recv, count, o.dtype, symmem::ReduceOp::sum, g, opt);
+          } else {
+            symmem::all_reduce(buf, count, o.dtype, symmem::ReduceOp::sum, opt);
+          }
+        };
+        // Check once: every element of rank r is r+1.
+        std::vector<uint16_t> h16(count);
+        std::vector<float> h32(count);
+        const float mine = static_cast<float>(rank + 1);
+        if (es == 2) {
+          std::fill(h16.begin(), h16.end(),
+                    o.dtype == symmem::DType::bf16 ? f32_to_bf16(mine) : f32_to_f16(mine));
+          BENCH_CUDA(cudaMemcpy(data, h16.data(), bytes, cudaMemcpyHostToDevice));
+        } else {
+          std::fill(h32.begin(), h32.end(), mine);
+          BENCH_CUDA(cudaMemcpy(data, h32.data(), bytes, cudaMemcpyHostToDevice));
+        }
+        op();
+        BENCH_CUDA(cudaStreamSynchronize(s));
+        const void* out = o.pointer ? recv : buf.ptr(rank);
+        const float want = static_cast<float>(world * (world + 1) / 2);
+        size_t wrong = 0;
+        if (es == 2) {
+          BENCH_CUDA(cudaMemcpy(h16.data(), out, bytes, cudaMemcpyDeviceToHost));
+          for (uint16_t v : h16) {
+            float f = o.dtype == symmem::DType::bf16 ? bf16_to_f32(v) : f16_to_f32(v);
+            wrong += f != want;
+          }
+        } else {
+          BENCH_CUDA(cudaMemcpy(h32.data(), out, bytes, cudaMemcpyDeviceToHost));
+          for (float v : h32) wrong += v != want;
+        }
+        all_ok = all_ok && wrong == 0;
+        BENCH_CUDA(cudaMemset(data, 0, bytes));  // zeros stay zeros: steady timing
+        for (const std::string& mode : o.modes) {
+          cudaGraphExec_t exec = nullptr;
+          cudaGraph_t graph = nullptr;
+          for (int w = 0; w < 3; ++w) op();  // warm up (workspace, code paths)
+          if (mode == "graph") {
+            BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+            for (int i = 0; i < o.iters; ++i) op();
+            BENCH_CUDA(cudaStreamEndCapture(s, &graph));
+            BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+            BENCH_CUDA(cudaGraphLaunch(exec, s));  // upload
+          }
+          BENCH_CUDA(cudaStreamSynchronize(s));
+          std::vector<double> per_call;
+          for (int rep = 0; rep < o.repeats; ++rep) {
+            symmem::barrier(g, opt);  // line the ranks up on the device
+            BENCH_CUDA(cudaEventRecord(e0, s));
+            if (exec != nullptr) {
+              BENCH_CUDA(cudaGraphLaunch(exec, s));
+            } else {
+              for (int i = 0; i < o.iters; ++i) op();
+            }
+            BENCH_CUDA(cudaEventRecord(e1, s));
+            BENCH_CUDA(cudaStreamSynchronize(s));
+            float ms = 0;
+            BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+            per_call.push_back(1000.0 * ms / o.iters);
+          }
+          if (exec != nullptr) {
+            cudaGraphExecDestroy(exec);
+            cudaGraphDestroy(graph);
+          }
+          std::sort(per_call.begin(), per_call.end());
+          const double us = per_call[per_call.size() / 2];
+          if (rank == 0) {
+            std::printf(
+                "{\"impl\":\"symmem\",\"algo\":\"%s\",\"mode\":\"%s\",\"world\":%d,\"bytes\":%zu,"
+                "\"dtype\":\"%s\",\"us\":%.3f,\"correct\":%s,\"form\":\"%s\"}\n",
+                symmem::to_string(algo), mode.c_str(), world, bytes, symmem::to_string(o.dtype), us,
+                wrong == 0 ? "true" : "false", o.pointer ? "pointer" : "symmetric");
+            std::fflush(stdout);
+          }
+        }
+      }
+    }
+    g.store_barrier();
+    return all_ok ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpu_allreduce_bench: %s\n", e.what());
+    return 1;
+  }
+}

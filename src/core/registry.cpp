@@ -1,0 +1,259 @@
+// Backend registry and plugin loading.
+//
+// Built-in backends (host) register themselves from a static initializer. Any other name is a
+// plugin: libsymmem_<name>.so, searched in the SYMMEM_PLUGIN_PATH directories (colon-separated,
+// in order) and then in the directory of libsymmem itself. The plugin exports
+//   extern "C" int symmem_plugin_abi_version();          // == kPluginAbiVersion
+//   extern "C" symmem::Backend* symmem_plugin_create();  // new'ed; we own it
+// A plugin is loaded once (RTLD_NOW | RTLD_LOCAL) and never unloaded; a failure is remembered
+// with its reason, so that asking again gives the same BackendUnavailable error cheaply.
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include "core/check.hpp"
+#include "core/log.hpp"
+#include "core/registry.hpp"
+#include "symmem/backend.hpp"
+#include "symmem/env.hpp"
+#include "symmem/error.hpp"
+
+namespace symmem {
+
+// ---- definitions for backend.hpp ---------------------------------------------------------------
+
+BackendMemory::~BackendMemory() = default;
+Backend::~Backend() = default;
+
+DeviceHandle BackendMemory::device_handle(size_t /*offset*/, size_t length) const {
+  DeviceHandle h;
+  h.size = length;
+  return h;  // no device pointer tables: a host-only backend
+}
+
+const char* to_string(OpKind k) noexcept {
+  switch (k) {
+    case OpKind::all_reduce:
+      return "all_reduce";
+    case OpKind::reduce_scatter:
+      return "reduce_scatter";
+    case OpKind::all_gather:
+      return "all_gather";
+    case OpKind::all_to_all:
+      return "all_to_all";
+    case OpKind::all_to_all_v:
+      return "all_to_all_v";
+    case OpKind::broadcast:
+      return "broadcast";
+    case OpKind::put:
+      return "put";
+    case OpKind::get:
+      return "get";
+    case OpKind::barrier:
+      return "barrier";
+    case OpKind::kCount:
+      break;
+  }
+  return "unknown";
+}
+
+namespace {
+
+struct Registry {
+  std::recursive_mutex mu;
+  std::map<std::string, std::shared_ptr<Backend>> backends;
+  std::map<std::string, std::string> failures;  // name -> why it cannot be loaded
+};
+
+// Never destroyed: backends may be used from other static destructors.
+Registry& registry() {
+  static auto* r = new Registry;
+  return *r;
+}
+
+std::string library_dir() {
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&library_dir), &info) == 0 || info.dli_fname == nullptr) {
+    return "";
+  }
+  std::string path = info.dli_fname;
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+std::vector<std::string> plugin_dirs() {
+  std::vector<std::string> dirs;
+  std::string p = env::get_string("SYMMEM_PLUGIN_PATH");
+  size_t start = 0;
+  while (start <= p.size()) {
+    size_t end = p.find(':', start);
+    if (end == std::string::npos) end = p.size();
+    if (end > start) dirs.push_back(p.substr(start, end - start));
+    start = end + 1;
+  }
+  std::string own = library_dir();
+  if (!own.empty()) dirs.push_back(own);
+  return dirs;
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+  return s.empty() ? "(none)" : s;
+}
+
+// Loads libsymmem_<name>.so. Caller holds the registry lock.
+std::shared_ptr<Backend> load_plugin(const std::string& name, std::string* why) {
+  std::string file = "libsymmem_" + name + ".so";
+  auto dirs = plugin_dirs();
+  std::string path;
+  for (const auto& d : dirs) {
+    if (file_exists(d + "/" + file)) {
+      path = d + "/" + file;
+      break;
+    }
+  }
+  if (path.empty()) {
+    *why = "no plugin " + file + " in " + join(dirs) +
+           " (SYMMEM_PLUGIN_PATH, then the directory of libsymmem); was symmem built with "
+           "this backend?";
+    return nullptr;
+  }
+  ::dlerror();
+  void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) {
+    const char* e = ::dlerror();
+    *why = "cannot load " + path + ": " + (e ? e : "unknown dlopen error");
+    return nullptr;
+  }
+  using AbiFn = int (*)();
+  using CreateFn = Backend* (*)();
+  auto abi = reinterpret_cast<AbiFn>(::dlsym(h, "symmem_plugin_abi_version"));
+  auto create = reinterpret_cast<CreateFn>(::dlsym(h, "symmem_plugin_create"));
+  if (abi == nullptr || create == nullptr) {
+    *why = path +
+           " is not a symmem plugin: it lacks symmem_plugin_abi_version or "
+           "symmem_plugin_create";
+    return nullptr;  // left loaded: unloading code that may have run initializers is unsafe
+  }
+  int v = abi();
+  if (v != kPluginAbiVersion) {
+    *why = path + " has plugin ABI version " + std::to_string(v) + "; this libsymmem needs " +
+           std::to_string(kPluginAbiVersion) + " (rebuild the plugin with this symmem)";
+    return nullptr;
+  }
+  std::shared_ptr<Backend> b;
+  try {
+    b.reset(create());
+  } catch (const std::exception& e) {
+    *why = path + ": symmem_plugin_create failed: " + e.what();
+    return nullptr;
+  }
+  if (!b) {
+    *why = path + ": symmem_plugin_create returned null";
+    return nullptr;
+  }
+  if (name != b->name()) {
+    *why = path + " provides backend '" + std::string(b->name()) + "', not '" + name + "'";
+    return nullptr;
+  }
+  SYMMEM_LOG(INFO, PLUGIN) << "loaded backend '" << name << "' from " << path;
+  return b;
+}
+
+}  // namespace
+
+namespace detail {
+
+const std::vector<std::string>& known_backend_names() {
+  static const std::vector<std::string> names{"host", "cuda", "nvshmem", "nccl"};
+  return names;
+}
+
+std::shared_ptr<Backend> try_get_backend(const std::string& name, std::string* why) {
+  auto& r = registry();
+  std::lock_guard<std::recursive_mutex> lock(r.mu);
+  auto it = r.backends.find(name);
+  if (it != r.backends.end()) return it->second;
+  auto f = r.failures.find(name);
+  if (f != r.failures.end()) {
+    if (why != nullptr) *why = f->second;
+    return nullptr;
+  }
+  std::string reason;
+  auto b = load_plugin(name, &reason);
+  if (!b) {
+    r.failures[name] = reason;
+    SYMMEM_LOG(INFO, PLUGIN) << "backend '" << name << "' unavailable: " << reason;
+    if (why != nullptr) *why = reason;
+    return nullptr;
+  }
+  r.backends[name] = b;
+  return b;
+}
+
+}  // namespace detail
+
+void register_backend(std::shared_ptr<Backend> backend) {
+  if (!backend) throw_invalid_argument("register_backend", -1, "backend", "is null");
+  auto& r = registry();
+  std::lock_guard<std::recursive_mutex> lock(r.mu);
+  std::string name = backend->name();
+  r.failures.erase(name);
+  r.backends[name] = std::move(backend);
+}
+
+std::shared_ptr<Backend> get_backend(const std::string& name) {
+  std::string why;
+  auto b = detail::try_get_backend(name, &why);
+  if (b) return b;
+  auto avail = available_backends();
+  throw_error(
+      ErrorCode::BackendUnavailable, "get_backend", -1,
+      "backend '" + name + "' is unavailable: " + why + "; available backends: " + join(avail));
+}
+
+std::vector<std::string> available_backends() {
+  std::set<std::string> names(detail::known_backend_names().begin(),
+                              detail::known_backend_names().end());
+  {
+    auto& r = registry();
+    std::lock_guard<std::recursive_mutex> lock(r.mu);
+    for (const auto& [n, b] : r.backends) names.insert(n);
+  }
+  // Third-party plugins in the search directories.
+  for (const auto& d : plugin_dirs()) {
+    DIR* dir = ::opendir(d.c_str());
+    if (dir == nullptr) continue;
+    while (dirent* e = ::readdir(dir)) {
+      std::string f = e->d_name;
+      const std::string pre = "libsymmem_", suf = ".so";
+      if (f.size() > pre.size() + suf.size() && f.compare(0, pre.size(), pre) == 0 &&
+          f.compare(f.size() - suf.size(), suf.size(), suf) == 0) {
+        names.insert(f.substr(pre.size(), f.size() - pre.size() - suf.size()));
+      }
+    }
+    ::closedir(dir);
+  }
+  std::vector<std::string> out;
+  for (const auto& n : names) {
+    if (detail::try_get_backend(n, nullptr) != nullptr) out.push_back(n);
+  }
+  // host first, then the rest in name order.
+  std::stable_partition(out.begin(), out.end(), [](const std::string& n) { return n == "host"; });
+  return out;
+}
+
+}  // namespace symmem

@@ -1,0 +1,688 @@
+// The GPU collectives of the cuda backend (and of nccl/nvshmem where peers are reachable):
+// chooses the algorithm, the zero-copy or staged buffers and the grid, then enqueues one kernel
+// of src/cuda/kernels/ on the op's stream. Nothing here synchronises the stream or allocates
+// device memory during CUDA graph capture.
+//
+// NOTE [zero-copy agreement]
+// The core does not make GPU ranks agree on their arguments (their ops are asynchronous), so
+// each rank decides alone whether its send/recv lie in symmetric memory. A kernel that reads
+// or writes peers' user buffers needs every rank to have decided the same way, at the same
+// offset of the same allocation: every barrier kernel publishes {alloc id, offset} of what it
+// uses zero-copy and checks after its first barrier that all ranks published the same. On a
+// mismatch no rank moves data and the op error record is set; the next op on this process
+// throws InvalidArgument naming the rank that differs. Pass the same kind of buffer on every
+// rank (symmetric at the same offset, or ordinary memory everywhere).
+//
+// NOTE [device-detected errors]
+// all_to_all_v counts live in device memory, so their checks (capacity, negative counts,
+// MPI-style count agreement) run on the device and fill a host-mapped op error record. Like a
+// device-side timeout, it is raised as an InvalidArgument by the next op of this process (or
+// by cuda_raise_device_errors()). Synchronise the stream before relying on the outputs.
+
+#include "cuda/cuda_ops.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+
+#include "core/check.hpp"
+#include "cuda/kernels/kernels.hpp"
+#include "cuda/kernels/tuning.hpp"
+#include "symmem/env.hpp"
+#include "symmem/error.hpp"
+
+namespace K = symmem::cuda::kernels;
+using symmem::Algo;
+using symmem::DType;
+using symmem::ErrorCode;
+using symmem::OpArgs;
+using symmem::OpKind;
+using symmem::SymmetricMemory;
+
+namespace {
+
+[[noreturn]] void throw_cuda(const char* op, int rank, const char* call, cudaError_t e) {
+  symmem::throw_error(
+      ErrorCode::Cuda, op, rank,
+      std::string(call) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+#define SYMMEM_GK_CHECK(c, call)                                                        \
+  do {                                                                                  \
+    cudaError_t symmem_gk_e_ = (call);                                                  \
+    if (symmem_gk_e_ != cudaSuccess) throw_cuda((c).op, (c).rank, #call, symmem_gk_e_); \
+  } while (0)
+
+size_t align_up(size_t v, size_t a) {
+  return (v + a - 1) / a * a;
+}
+bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    if (cudaGetDevice(&prev_) == cudaSuccess && prev_ != device) {
+      cudaSetDevice(device);
+    } else {
+      prev_ = -1;
+    }
+  }
+  ~DeviceGuard() {
+    if (prev_ >= 0) cudaSetDevice(prev_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = -1;
+};
+
+// ---- process-wide state --------------------------------------------------------------------
+struct WsState {
+  std::weak_ptr<symmem::BackendMemory> mem;
+  int32_t* timeout_record = nullptr;
+};
+
+struct Process {
+  std::mutex mu;
+  int32_t* op_error = nullptr;  // host-mapped, K::kOpErrorRecordInts
+  std::unordered_map<const symmem::BackendMemory*, WsState> ws;
+  std::unordered_map<int, int> sm_count;  // per device
+  int device_count = 0;
+};
+Process& proc() {
+  static Process* p = new Process;  // never destroyed: kernels may reference its memory at exit
+  return *p;
+}
+
+// One op call.
+struct Call {
+  const OpArgs& a;
+  const char* op;
+  int rank;
+  int world;
+  cudaStream_t stream;
+  size_t es;
+  uint64_t timeout_ns;
+  int max_blocks;
+  bool capturing;
+};
+
+const char* op_error_name(K::OpErrorCode code) {
+  switch (code) {
+    case K::OpErrorCode::capacity:
+      return "capacity";
+    case K::OpErrorCode::count_mismatch:
+      return "count_mismatch";
+    case K::OpErrorCode::negative_count:
+      return "negative_count";
+    case K::OpErrorCode::zero_copy_mismatch:
+      return "zero_copy_mismatch";
+    default:
+      return "unknown";
+  }
+}
+
+// Raises (and clears) a device-detected error of an earlier op (NOTE [device-detected errors]).
+void raise_op_error(const char* op, int rank) {
+  int32_t* rec = proc().op_error;
+  if (rec == nullptr) return;
+  volatile int32_t* v = rec;
+  if (v[0] != 1) return;
+  const auto code = static_cast<K::OpErrorCode>(v[1]);
+  const int who = v[2];
+  const int peer = v[3];
+  const int64_t va =
+      static_cast<int64_t>(static_cast<uint64_t>(static_cast<uint32_t>(v[4])) |
+                           (static_cast<uint64_t>(static_cast<uint32_t>(v[5])) << 32));
+  const int64_t vb =
+      static_cast<int64_t>(static_cast<uint64_t>(static_cast<uint32_t>(v[6])) |
+                           (static_cast<uint64_t>(static_cast<uint32_t>(v[7])) << 32));
+  for (int i = 1; i < K::kOpErrorRecordInts; ++i) v[i] = 0;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  v[0] = 0;
+  std::ostringstream os;
+  os << "an earlier GPU op failed a device-side check (" << op_error_name(code) << ") on rank "
+     << who << ": ";
+  switch (code) {
+    case K::OpErrorCode::capacity:
+      os << "all_to_all_v: argument 'recv_capacity' = " << vb << " elements, but the ranks send "
+         << va << " elements to this rank; it received nothing";
+      break;
+    case K::OpErrorCode::count_mismatch:
+      os << "all_to_all_v: argument 'recv_counts' [" << peer << "] = " << vb << " but rank " << peer
+         << " sends " << va << " elements to this rank";
+      break;
+    case K::OpErrorCode::negative_count:
+      os << "all_to_all_v: argument 'send_counts' [" << peer << "] = " << va
+         << " is negative; this rank's data was not sent";
+      break;
+    case K::OpErrorCode::zero_copy_mismatch:
+      os << "rank " << peer << " passed " << ((va & 1) ? "'recv'" : "'send'") << " as "
+         << ((va >> 32) < 0 ? std::string("ordinary memory")
+                            : "symmetric allocation #" + std::to_string(va >> 32) + " at offset " +
+                                  std::to_string(vb))
+         << ", differently from this rank: every rank must pass symmetric buffers at the same "
+            "offset of the same allocation, or ordinary memory on every rank; no data moved";
+      break;
+    default:
+      os << "code " << static_cast<int>(code);
+  }
+  symmem::throw_error(ErrorCode::InvalidArgument, op, rank, os.str());
+}
+
+int sm_count(const Call& c, int device) {
+  Process& P = proc();
+  std::lock_guard<std::mutex> lock(P.mu);
+  auto it = P.sm_count.find(device);
+  if (it != P.sm_count.end()) return it->second;
+  int n = 0;
+  SYMMEM_GK_CHECK(c, cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+  if (P.device_count == 0) SYMMEM_GK_CHECK(c, cudaGetDeviceCount(&P.device_count));
+  P.sm_count[device] = n;
+  return n;
+}
+
+Call make_call(const OpArgs& a) {
+  const int rank = a.group->rank();
+  const int world = a.group->world_size();
+  Call c{a,    symmem::to_string(a.kind), rank, world, static_cast<cudaStream_t>(a.stream), 1, 0, 1,
+         false};
+  const bool typed = a.kind != OpKind::put && a.kind != OpKind::get && a.kind != OpKind::barrier;
+  if (typed) c.es = symmem::dtype_size(a.dtype);
+  int64_t ms = a.timeout.count();
+  if (ms <= 0) ms = symmem::env::get_int_or("SYMMEM_TIMEOUT_MS", 300000);
+  c.timeout_ns = static_cast<uint64_t>(ms) * 1000000ull;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  SYMMEM_GK_CHECK(c, cudaStreamIsCapturing(c.stream, &status));
+  c.capturing = status != cudaStreamCaptureStatusNone;
+  // Ranks sharing one GPU share its SMs (NOTE in tuning.hpp).
+  const int sms = sm_count(c, a.device.index);
+  const int devices = std::max(1, proc().device_count);
+  const int local = std::max(1, a.group->local_world_size());
+  const int per_gpu = std::max(1, (local + devices - 1) / devices);
+  c.max_blocks = std::clamp(sms * K::kBlocksPerSm / per_gpu, 1, K::kMaxBlocks);
+  return c;
+}
+
+int blocks_for(const Call& c, int64_t work, int64_t per_block) {
+  int64_t b = (work + per_block - 1) / per_block;
+  return static_cast<int>(std::clamp<int64_t>(b, 1, c.max_blocks));
+}
+
+void check_launch(const Call& c, int err, const char* what) {
+  if (err != 0) throw_cuda(c.op, c.rank, what, static_cast<cudaError_t>(err));
+}
+
+K::PeerPtrs peers_of(const Call& c, const SymmetricMemory& m, int64_t offset) {
+  K::PeerPtrs t;
+  if (c.world <= K::kMaxInlinePeers) {
+    for (int p = 0; p < c.world; ++p) {
+      void* q = m.ptr(p);
+      if (q == nullptr) {
+        symmem::throw_error(ErrorCode::Unsupported, c.op, c.rank,
+                            "rank " + std::to_string(p) +
+                                "'s memory is not directly addressable from this rank; the "
+                                "peer-pointer GPU collectives need every peer reachable");
+      }
+      t.inl[p] = static_cast<char*>(q) + offset;
+    }
+  } else {
+    t.table = reinterpret_cast<char* const*>(m.ptrs_device());
+    t.delta = offset;
+    if (t.table == nullptr) {
+      symmem::throw_error(ErrorCode::Unsupported, c.op, c.rank,
+                          "the backend gives no device pointer table for this buffer");
+    }
+  }
+  return t;
+}
+
+// A user buffer inside symmetric memory: peers' addresses of the same offset, and its descriptor.
+struct Sym {
+  K::PeerPtrs ptrs;
+  int64_t alloc = -1;
+  int64_t offset = -1;
+};
+Sym sym_of(const Call& c, const SymmetricMemory& view, const void* p) {
+  Sym s;
+  const int64_t delta = static_cast<const char*>(p) - static_cast<const char*>(view.ptr(c.rank));
+  s.ptrs = peers_of(c, view, delta);
+  s.alloc = static_cast<int64_t>(view.alloc_id());
+  s.offset = static_cast<int64_t>(view.offset()) + delta;
+  return s;
+}
+
+// The group's workspace for this op, initialised on first use (NOTE [workspace layout]).
+struct Ws {
+  SymmetricMemory mem;
+  K::WsLayout L;
+  K::SyncArgs sync;
+  char* local = nullptr;  // this rank's base
+  K::PeerPtrs at(const Call& c, size_t offset) const { return peers_of(c, mem, offset); }
+  char* data() const { return local + L.data_offset; }
+};
+
+Ws get_ws(const Call& c, size_t data_bytes) {
+  Ws w;
+  w.L = K::ws_layout(c.world);
+  w.mem = c.a.workspace(w.L.data_offset + data_bytes);
+  w.local = static_cast<char*>(w.mem.ptr(c.rank));
+  const auto& bm = w.mem.backend_memory();
+  Process& P = proc();
+  int32_t* trec = nullptr;
+  {
+    std::unique_lock<std::mutex> lock(P.mu);
+    auto it = P.ws.find(bm.get());
+    if (it != P.ws.end() && it->second.mem.lock() == bm) {
+      trec = it->second.timeout_record;
+    } else {
+      if (c.capturing) {
+        symmem::throw_invalid_argument(
+            c.op, c.rank, "stream",
+            "is being captured into a CUDA graph, but the group's GPU workspace is new (first "
+            "op, or it grew to " +
+                std::to_string(w.L.data_offset + data_bytes) +
+                " bytes) and must be set up outside capture: run the same ops once before "
+                "capturing (warm up)");
+      }
+      if (P.op_error == nullptr) {
+        void* h = nullptr;
+        SYMMEM_GK_CHECK(c, cudaHostAlloc(&h, K::kOpErrorRecordInts * sizeof(int32_t),
+                                         cudaHostAllocMapped | cudaHostAllocPortable));
+        std::memset(h, 0, K::kOpErrorRecordInts * sizeof(int32_t));
+        P.op_error = static_cast<int32_t*>(h);
+      }
+      for (auto e = P.ws.begin(); e != P.ws.end();) {
+        e = e->second.mem.expired() ? P.ws.erase(e) : std::next(e);
+      }
+      trec = w.mem.device_handle().timeout_record;
+      lock.unlock();
+      // Zero the control and LL regions, then make sure every rank did before anyone writes.
+      SYMMEM_GK_CHECK(c, cudaMemsetAsync(w.local, 0, w.L.data_offset, c.stream));
+      w.mem.barrier(0, c.a.timeout, c.a.stream);
+      lock.lock();
+      P.ws[bm.get()] = WsState{bm, trec};
+    }
+  }
+  w.sync.ctrl = peers_of(c, w.mem, 0);
+  w.sync.rank = c.rank;
+  w.sync.world = c.world;
+  w.sync.timeout_ns = c.timeout_ns;
+  w.sync.timeout_record = trec;
+  w.sync.error_record = P.op_error;
+  w.sync.desc_offset = static_cast<uint32_t>(w.L.desc_offset);
+  return w;
+}
+
+K::KType ktype(const Call& c) {
+  switch (c.a.dtype) {
+    case DType::f32:
+      return K::KType::f32;
+    case DType::f16:
+      return K::KType::f16;
+    case DType::bf16:
+      return K::KType::bf16;
+    default:
+      symmem::throw_error(
+          ErrorCode::Unsupported, c.op, c.rank,
+          std::string("the cuda backend has no ") + c.op + " for dtype " +
+              symmem::to_string(c.a.dtype) +
+              " (f32, f16 and bf16 are supported; the host backend has the others)");
+  }
+}
+
+size_t ll_threshold(int world) {
+  for (const auto& t : K::kLLThresholds) {
+    if (t.world == world) return t.ll_max_bytes;
+  }
+  for (const auto& t : K::kLLThresholds) {
+    if (t.world == 0) return t.ll_max_bytes;
+  }
+  return 0;
+}
+
+void copy_async(const Call& c, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0 || dst == src) return;
+  K::CopyArgs k;
+  k.dst = static_cast<char*>(dst);
+  k.src = static_cast<const char*>(src);
+  k.bytes = static_cast<int64_t>(bytes);
+  check_launch(c, K::launch_copy(k, blocks_for(c, k.bytes, 16 * K::kThreads * 4), c.stream),
+               "launch_copy");
+}
+
+// ---- LL one-shot family ---------------------------------------------------------------------
+void run_ll(const Call& c, const void* send, void* recv, size_t count, int64_t send_stride,
+            int64_t recv_stride, bool reduce) {
+  Ws w = get_ws(c, 0);
+  K::LLArgs k;
+  k.sync = w.sync;
+  k.ll = w.at(c, w.L.ll_offset);
+  k.slot_bytes = w.L.ll_slot_bytes;
+  k.send = static_cast<const char*>(send);
+  k.recv = static_cast<char*>(recv);
+  k.count = static_cast<int64_t>(count);
+  k.send_stride = send_stride;
+  k.recv_stride = recv_stride;
+  k.reduce = reduce;
+  k.red = static_cast<K::KRed>(c.a.redop);
+  const int64_t units = static_cast<int64_t>((count * c.es + 7) / 8);
+  check_launch(c, K::launch_ll(k, ktype(c), blocks_for(c, units, K::kThreads), c.stream),
+               "launch_ll");
+}
+
+bool ll_fits(const Call& c, size_t piece_bytes, bool forced) {
+  const size_t cap = K::ws_layout(c.world).ll_capacity();
+  return piece_bytes <= (forced ? cap : std::min(cap, ll_threshold(c.world)));
+}
+
+// ---- all_reduce --------------------------------------------------------------------------------
+void all_reduce(const Call& c) {
+  const OpArgs& a = c.a;
+  const size_t bytes = a.count * c.es;
+  const bool in_place = a.send == a.recv;
+  if (a.algo != Algo::two_shot && ll_fits(c, bytes, a.algo == Algo::one_shot)) {
+    run_ll(c, a.send, a.recv, a.count, 0, 0, true);
+    return;
+  }
+  const bool two_shot = a.algo != Algo::one_shot;
+  const bool zc_in = a.send_sym.valid() && aligned16(a.send);
+  const bool zc_out = two_shot && a.recv_sym.valid() && aligned16(a.recv) && (!in_place || zc_in);
+  const size_t region = align_up(bytes, 256);
+  // Data region: [in staging][out staging / one-shot staging].
+  size_t data = 0;
+  const size_t in_at = 0;
+  if (!zc_in) data += region;
+  const size_t out_at = data;
+  const bool stage_out = two_shot ? (zc_in && !zc_out && !in_place) : (zc_in && in_place);
+  if (stage_out) data += region;
+  Ws w = get_ws(c, data);
+  K::ReduceArgs k;
+  k.sync = w.sync;
+  k.mode = two_shot ? K::ReduceMode::two_shot : K::ReduceMode::one_shot;
+  k.red = static_cast<K::KRed>(a.redop);
+  k.count = static_cast<int64_t>(a.count);
+  if (zc_in) {
+    Sym s = sym_of(c, a.send_sym, a.send);
+    k.in = s.ptrs;
+    k.sync.desc[0] = s.alloc;
+    k.sync.desc[1] = s.offset;
+  } else {
+    k.in = w.at(c, w.L.data_offset + in_at);
+    k.copy_in = static_cast<const char*>(a.send);
+  }
+  if (two_shot) {
+    if (zc_out) {
+      Sym s = sym_of(c, a.recv_sym, a.recv);
+      k.out = s.ptrs;
+      k.sync.desc[2] = s.alloc;
+      k.sync.desc[3] = s.offset;
+    } else if (zc_in && in_place) {
+      k.out = k.in;  // in place on the symmetric buffer (zc_out covers it; kept for clarity)
+    } else if (!zc_in) {
+      k.out = k.in;  // reduce in place in the staging area, then copy out
+      k.copy_out_src = w.data() + in_at;
+      k.copy_out_dst = static_cast<char*>(a.recv);
+    } else {
+      k.out = w.at(c, w.L.data_offset + out_at);
+      k.copy_out_src = w.data() + out_at;
+      k.copy_out_dst = static_cast<char*>(a.recv);
+    }
+  } else if (stage_out) {
+    k.direct_out = w.data() + out_at;
+    k.copy_out_src = w.data() + out_at;
+    k.copy_out_dst = static_cast<char*>(a.recv);
+  } else {
+    k.direct_out = static_cast<char*>(a.recv);
+  }
+  constexpr int64_t kUnitsPerThread = 2;
+  const int64_t units = static_cast<int64_t>((bytes + 15) / 16);
+  const int64_t per_rank = two_shot ? (units + c.world - 1) / c.world : units;
+  check_launch(c,
+               K::launch_reduce(k, ktype(c), blocks_for(c, per_rank, K::kThreads * kUnitsPerThread),
+                                c.stream),
+               "launch_reduce");
+}
+
+// ---- reduce_scatter ----------------------------------------------------------------------------
+void reduce_scatter(const Call& c) {
+  const OpArgs& a = c.a;
+  const size_t n = a.count * c.es;  // per-rank block
+  if (ll_fits(c, n, false)) {
+    run_ll(c, a.send, a.recv, a.count, static_cast<int64_t>(n), 0, true);
+    return;
+  }
+  const bool zc_in = a.send_sym.valid() && aligned16(a.send) && n % 16 == 0;
+  const size_t stride = zc_in ? n : align_up(n, 16);
+  Ws w = get_ws(c, zc_in ? 0 : stride * c.world);
+  K::ReduceArgs k;
+  k.sync = w.sync;
+  k.mode = K::ReduceMode::reduce_scatter;
+  k.red = static_cast<K::KRed>(a.redop);
+  k.count = static_cast<int64_t>(a.count);
+  k.in_stride = static_cast<int64_t>(stride);
+  if (zc_in) {
+    Sym s = sym_of(c, a.send_sym, a.send);
+    k.in = s.ptrs;
+    k.sync.desc[0] = s.alloc;
+    k.sync.desc[1] = s.offset;
+  } else {
+    k.in = w.at(c, w.L.data_offset);
+    k.copy_in = static_cast<const char*>(a.send);
+  }
+  k.direct_out = static_cast<char*>(a.recv);
+  const int64_t units = static_cast<int64_t>((n + 15) / 16);
+  check_launch(c, K::launch_reduce(k, ktype(c), blocks_for(c, units, K::kThreads * 2), c.stream),
+               "launch_reduce");
+}
+
+// ---- all_gather / all_to_all / broadcast / barrier
+// -------------------------------------------------
+void all_gather(const Call& c) {
+  const OpArgs& a = c.a;
+  const size_t n = a.count * c.es;
+  if (ll_fits(c, n, false)) {
+    run_ll(c, a.send, a.recv, a.count, 0, static_cast<int64_t>(n), false);
+    return;
+  }
+  const bool zc_in = a.send_sym.valid();
+  Ws w = get_ws(c, zc_in ? 0 : align_up(n, 256));
+  K::MoveArgs k;
+  k.sync = w.sync;
+  k.mode = K::MoveMode::all_gather;
+  if (zc_in) {
+    Sym s = sym_of(c, a.send_sym, a.send);
+    k.src = s.ptrs;
+    k.sync.desc[0] = s.alloc;
+    k.sync.desc[1] = s.offset;
+  } else {
+    k.src = w.at(c, w.L.data_offset);
+    k.copy_in = static_cast<const char*>(a.send);
+  }
+  k.local_in = static_cast<const char*>(a.send);
+  k.local_out = static_cast<char*>(a.recv);
+  k.bytes = static_cast<int64_t>(n);
+  const int64_t units = static_cast<int64_t>((n + 15) / 16) * c.world;
+  check_launch(c, K::launch_move(k, blocks_for(c, units, K::kThreads * 4), c.stream),
+               "launch_move");
+}
+
+void all_to_all(const Call& c) {
+  const OpArgs& a = c.a;
+  const size_t n = a.count * c.es;
+  const size_t total = n * c.world;
+  if (ll_fits(c, n, false)) {
+    run_ll(c, a.send, a.recv, a.count, static_cast<int64_t>(n), static_cast<int64_t>(n), false);
+    return;
+  }
+  const char* s0 = static_cast<const char*>(a.send);
+  const char* r0 = static_cast<const char*>(a.recv);
+  const bool overlap = s0 < r0 + total && r0 < s0 + total;
+  const bool zc_out = a.recv_sym.valid() && !overlap;
+  Ws w = get_ws(c, zc_out ? 0 : align_up(total, 256));
+  K::MoveArgs k;
+  k.sync = w.sync;
+  k.mode = K::MoveMode::all_to_all;
+  if (zc_out) {
+    Sym s = sym_of(c, a.recv_sym, a.recv);
+    k.dst = s.ptrs;
+    k.sync.desc[2] = s.alloc;
+    k.sync.desc[3] = s.offset;
+  } else {
+    k.dst = w.at(c, w.L.data_offset);
+    k.copy_out_src = w.data();
+  }
+  k.local_in = s0;
+  k.local_out = static_cast<char*>(a.recv);
+  k.bytes = static_cast<int64_t>(n);
+  const int64_t units = static_cast<int64_t>((n + 15) / 16) * c.world;
+  check_launch(c, K::launch_move(k, blocks_for(c, units, K::kThreads * 4), c.stream),
+               "launch_move");
+}
+
+void broadcast(const Call& c) {
+  const OpArgs& a = c.a;
+  const size_t n = a.count * c.es;
+  // Only the root's send is meaningful, so the source is always the root's workspace.
+  Ws w = get_ws(c, align_up(n, 256));
+  K::MoveArgs k;
+  k.sync = w.sync;
+  k.mode = K::MoveMode::broadcast;
+  k.root = a.root;
+  k.src = w.at(c, w.L.data_offset);
+  if (c.rank == a.root) {
+    k.copy_in = static_cast<const char*>(a.send);
+    k.local_in = static_cast<const char*>(a.send);
+  }
+  k.local_out = static_cast<char*>(a.recv);
+  k.bytes = static_cast<int64_t>(n);
+  const int64_t units = static_cast<int64_t>((n + 15) / 16);
+  check_launch(c, K::launch_move(k, blocks_for(c, units, K::kThreads * 4), c.stream),
+               "launch_move");
+}
+
+void barrier(const Call& c) {
+  Ws w = get_ws(c, 0);
+  K::MoveArgs k;
+  k.sync = w.sync;
+  k.mode = K::MoveMode::barrier;
+  check_launch(c, K::launch_move(k, 1, c.stream), "launch_move");
+}
+
+// ---- all_to_all_v ------------------------------------------------------------------------------
+void all_to_all_v(const Call& c) {
+  const OpArgs& a = c.a;
+  const size_t cap_bytes = a.recv_capacity * c.es;
+  const bool zc_out = a.recv_sym.valid();
+  Ws w = get_ws(c, zc_out ? 0 : align_up(cap_bytes, 256));
+  K::AllToAllVArgs k;
+  k.sync = w.sync;
+  k.matrix_local = reinterpret_cast<int64_t*>(w.local + w.L.matrix_offset);
+  k.matrix = w.at(c, w.L.matrix_offset);
+  if (zc_out) {
+    Sym s = sym_of(c, a.recv_sym, a.recv);
+    k.dst = s.ptrs;
+    k.sync.desc[2] = s.alloc;
+    k.sync.desc[3] = s.offset;
+  } else {
+    k.dst = w.at(c, w.L.data_offset);
+    k.copy_out_src = w.data();
+  }
+  k.send = static_cast<const char*>(a.send);
+  k.send_counts = a.send_counts;
+  k.recv_counts = a.recv_counts;
+  k.recv_offsets = a.recv_offsets;
+  k.recv = static_cast<char*>(a.recv);
+  k.capacity = static_cast<int64_t>(a.recv_capacity);
+  k.elem_size = static_cast<int>(c.es);
+  k.counts_known = a.recv_counts_known;
+  const int64_t units = static_cast<int64_t>((cap_bytes + 15) / 16);
+  check_launch(c, K::launch_all_to_all_v(k, blocks_for(c, units, K::kThreads * 4), c.stream),
+               "launch_all_to_all_v");
+}
+
+// ---- world size 1 ------------------------------------------------------------------------------
+void run_single(const Call& c) {
+  const OpArgs& a = c.a;
+  const size_t n = a.count * c.es;
+  switch (a.kind) {
+    case OpKind::all_reduce:
+    case OpKind::reduce_scatter:
+    case OpKind::all_gather:
+    case OpKind::all_to_all:
+    case OpKind::broadcast:
+      copy_async(c, a.recv, a.send, n);  // avg over one rank and min/max are exact copies
+      return;
+    case OpKind::all_to_all_v:
+      all_to_all_v(c);  // the device-side checks and count outputs are the same
+      return;
+    case OpKind::barrier:
+      return;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+void cuda_run_op(const OpArgs& a) {
+  const char* op = symmem::to_string(a.kind);
+  const int rank = a.group != nullptr ? a.group->rank() : -1;
+  if (a.group == nullptr) symmem::throw_invalid_argument(op, rank, "group", "is null");
+  DeviceGuard guard(a.device.index);
+  raise_op_error(op, rank);
+  Call c = make_call(a);
+  if (a.kind == OpKind::put || a.kind == OpKind::get) {
+    char* remote = static_cast<char*>(a.target.ptr(a.root));
+    if (remote == nullptr) {
+      symmem::throw_error(ErrorCode::Unsupported, op, rank,
+                          "rank " + std::to_string(a.root) +
+                              "'s buffer is not directly addressable from this rank");
+    }
+    remote += a.target_offset;
+    if (a.kind == OpKind::put) {
+      copy_async(c, remote, a.send, a.count);
+    } else {
+      copy_async(c, a.recv, remote, a.count);
+    }
+    if (a.signal) a.target.put_signal(a.root, a.channel, a.timeout, a.stream);
+    return;
+  }
+  if (a.kind != OpKind::barrier) (void)ktype(c);  // dtype check first
+  if (a.kind != OpKind::barrier && a.kind != OpKind::all_to_all_v && a.count == 0) return;
+  if (c.world == 1 && a.kind != OpKind::all_to_all_v) {
+    run_single(c);
+    return;
+  }
+  switch (a.kind) {
+    case OpKind::all_reduce:
+      return all_reduce(c);
+    case OpKind::reduce_scatter:
+      return reduce_scatter(c);
+    case OpKind::all_gather:
+      return all_gather(c);
+    case OpKind::all_to_all:
+      return all_to_all(c);
+    case OpKind::all_to_all_v:
+      return all_to_all_v(c);
+    case OpKind::broadcast:
+      return broadcast(c);
+    case OpKind::barrier:
+      return barrier(c);
+    default:
+      symmem::throw_error(ErrorCode::Internal, op, rank, "unknown op kind");
+  }
+}
+
+void cuda_raise_device_errors(const char* op, int rank) {
+  raise_op_error(op, rank);
+}

@@ -1,0 +1,197 @@
+// LL one-shot kernels: all_reduce, reduce_scatter, all_gather and all_to_all for small pieces.
+//
+// NOTE [LL one-shot]
+// No barrier at all: each thread owns 8-byte units u of the piece. It first writes, for every
+// peer p, the packet {lo, flag, hi, flag} of unit u of piece p into p's LL slot for this rank
+// (one 16-byte volatile store; each 4-byte data word shares an 8-byte half with its flag, so a
+// reader that sees both flags sees both words). Then, for the same units, it polls its own
+// slots until every peer's packet carries the current flag, and reduces them in rank order
+// (this rank's own contribution is read from `send`, at its place in the order) or stores them
+// (gather). The same thread reads unit u of `send` before it writes unit u of `recv`, so in-place
+// calls are fine. Flags and parities: NOTE [epochs and flags] in kernels.hpp.
+
+#include <cuda_runtime.h>
+
+#include "cuda/kernels/common.cuh"
+
+namespace symmem::cuda::kernels {
+namespace {
+
+SYMMEM_KDEV uint4 make_packet(uint64_t v, uint32_t flag) {
+  return make_uint4(static_cast<uint32_t>(v), flag, static_cast<uint32_t>(v >> 32), flag);
+}
+
+// Polls one packet until it carries `flag`; false on timeout (recorded).
+SYMMEM_KDEV bool poll_packet(const char* addr, uint32_t flag, uint64_t deadline, const SyncArgs& s,
+                             int src, uint64_t* out) {
+  int spins = 0;
+  while (true) {
+    uint4 q = ld_volatile_v4(addr);
+    if (q.y == flag && q.w == flag) {
+      *out = static_cast<uint64_t>(q.x) | (static_cast<uint64_t>(q.z) << 32);
+      return true;
+    }
+    if (++spins == 64) {
+      spins = 0;
+      if (gtimer_ns() > deadline) {
+        record_timeout(s, -1000, src);
+        return false;
+      }
+    }
+  }
+}
+
+template <KType K, int kW>
+__global__ void __launch_bounds__(kThreads, 2) ll_kernel(const LLArgs a) {
+  using V8 = Vec<K, 8>;
+  const SyncArgs& s = a.sync;
+  const int world = kW > 0 ? kW : s.world;
+  const int rank = s.rank;
+  const uint32_t epoch = read_epoch(s);
+  const uint32_t flag = epoch + 1;
+  const size_t slot = a.slot_bytes;
+  const size_t parity_off = static_cast<size_t>(epoch & 1) * world * slot;
+  const int64_t es = sizeof(typename Elem<K>::T);
+  const int64_t piece = a.count * es;
+  const int64_t units = (piece + 7) / 8;
+  const int64_t gtid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t gstride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+
+  // Send.
+  for (int64_t u = gtid; u < units; u += gstride) {
+    const int nb = static_cast<int>(piece - u * 8 < 8 ? piece - u * 8 : 8);
+    const size_t at = parity_off + static_cast<size_t>(rank) * slot + static_cast<size_t>(u) * 16;
+    if (a.send_stride == 0) {
+      const uint4 pkt = make_packet(load8_any(a.send + u * 8, nb), flag);
+      for (int i = 1; i < world; ++i) {
+        const int p = rank + i < world ? rank + i : rank + i - world;
+        st_volatile_v4(peer(a.ll, p) + at, pkt);
+      }
+    } else {
+      for (int i = 1; i < world; ++i) {
+        const int p = rank + i < world ? rank + i : rank + i - world;
+        const uint64_t v = load8_any(a.send + p * a.send_stride + u * 8, nb);
+        st_volatile_v4(peer(a.ll, p) + at, make_packet(v, flag));
+      }
+    }
+  }
+
+  // Receive.
+  const uint64_t deadline = deadline_after(s.timeout_ns);
+  const char* mine = peer(a.ll, rank) + parity_off;
+  const char* own = a.send + rank * a.send_stride;
+  bool ok = true;
+  for (int64_t u = gtid; u < units && ok; u += gstride) {
+    const int nb = static_cast<int>(piece - u * 8 < 8 ? piece - u * 8 : 8);
+    const size_t at = static_cast<size_t>(u) * 16;
+    if (a.reduce) {
+      V8 acc;
+      if constexpr (kW > 0) {
+        // Every peer's packet in flight at once, then the fixed-order reduction.
+        uint64_t v[kW];
+        uint32_t pending = 0;
+#pragma unroll
+        for (int p = 0; p < kW; ++p) {
+          if (p == rank) {
+            v[p] = load8_any(own + u * 8, nb);
+          } else {
+            pending |= 1u << p;
+          }
+        }
+        int spins = 0;
+        while (pending != 0) {
+#pragma unroll
+          for (int p = 0; p < kW; ++p) {
+            if (pending & (1u << p)) {
+              uint4 q = ld_volatile_v4(mine + static_cast<size_t>(p) * slot + at);
+              if (q.y == flag && q.w == flag) {
+                v[p] = static_cast<uint64_t>(q.x) | (static_cast<uint64_t>(q.z) << 32);
+                pending &= ~(1u << p);
+              }
+            }
+          }
+          if (pending != 0 && ++spins == 64) {
+            spins = 0;
+            if (gtimer_ns() > deadline) {
+              record_timeout(s, -1000, __ffs(pending) - 1);
+              ok = false;
+              break;
+            }
+          }
+        }
+        if (!ok) break;
+        acc.load(v[0]);
+#pragma unroll
+        for (int p = 1; p < kW; ++p) acc.combine_with(a.red, v[p]);
+      } else {
+        for (int p = 0; p < world && ok; ++p) {
+          uint64_t v;
+          if (p == rank) {
+            v = load8_any(own + u * 8, nb);
+          } else {
+            ok = poll_packet(mine + static_cast<size_t>(p) * slot + at, flag, deadline, s, p, &v);
+          }
+          if (p == 0) {
+            acc.load(v);
+          } else {
+            acc.combine_with(a.red, v);
+          }
+        }
+        if (!ok) break;
+      }
+      uint64_t r;
+      acc.store(a.red, world, r);
+      store8_any(a.recv + u * 8, r, nb);
+    } else {
+      for (int i = 0; i < world && ok; ++i) {
+        const int p = rank + i < world ? rank + i : rank + i - world;
+        uint64_t v;
+        if (p == rank) {
+          if (own + u * 8 == a.recv + p * a.recv_stride + u * 8) continue;  // in place
+          v = load8_any(own + u * 8, nb);
+        } else {
+          ok = poll_packet(mine + static_cast<size_t>(p) * slot + at, flag, deadline, s, p, &v);
+          if (!ok) break;
+        }
+        store8_any(a.recv + p * a.recv_stride + u * 8, v, nb);
+      }
+    }
+  }
+  finish_epoch(s, epoch);
+}
+
+template <KType K>
+int launch_typed(const LLArgs& a, int blocks, cudaStream_t st) {
+  switch (a.sync.world) {
+    case 2:
+      ll_kernel<K, 2><<<blocks, kThreads, 0, st>>>(a);
+      break;
+    case 4:
+      ll_kernel<K, 4><<<blocks, kThreads, 0, st>>>(a);
+      break;
+    case 8:
+      ll_kernel<K, 8><<<blocks, kThreads, 0, st>>>(a);
+      break;
+    default:
+      ll_kernel<K, 0><<<blocks, kThreads, 0, st>>>(a);
+      break;
+  }
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace
+
+int launch_ll(const LLArgs& a, KType type, int blocks, void* stream) {
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  switch (type) {
+    case KType::f32:
+      return launch_typed<KType::f32>(a, blocks, st);
+    case KType::f16:
+      return launch_typed<KType::f16>(a, blocks, st);
+    case KType::bf16:
+      return launch_typed<KType::bf16>(a, blocks, st);
+  }
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+}  // namespace symmem::cuda::kernels

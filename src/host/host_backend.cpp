@@ -1,0 +1,518 @@
+// The host backend: symmetric CPU memory shared between the processes of one host.
+//
+// Each rank's buffer is a memfd (sealed against shrinking and growing once sized) holding
+//   [buffer, rounded up to a page][signal pad][HostControl]
+// The fd goes to every other rank over IpcChannel (SCM_RIGHTS); each rank maps every peer's memfd
+// once and closes the fd, so the only resources of an allocation are its mappings: freeing
+// unmaps them and the kernel frees the memory when the last rank has unmapped it. Nothing is
+// ever created in /dev/shm or on disk. Synchronisation: see NOTE [host signal ordering] in
+// host_sync.hpp.
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "core/check.hpp"
+#include "core/ipc_channel.hpp"
+#include "core/log.hpp"
+#include "core/memory_registry.hpp"
+#include "host/host_ops.hpp"
+#include "host/host_sync.hpp"
+#include "symmem/backend.hpp"
+#include "symmem/error.hpp"
+
+namespace symmem {
+// Weak: see HostBackend::run.
+__attribute__((weak)) void host_run_op(const OpArgs& args);
+}  // namespace symmem
+
+namespace symmem::host {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kPage = 4096;
+constexpr int64_t kSleepSliceNs = 20'000'000;  // longest single futex sleep
+constexpr auto kLivenessInterval =
+    std::chrono::milliseconds(50);                           // how often dead peers are sought
+constexpr auto kSpinAlone = std::chrono::microseconds(20);   // spin before sleeping: cores to spare
+constexpr auto kSpinCrowded = std::chrono::microseconds(0);  // ranks outnumber cores
+
+size_t round_up(size_t v, size_t a) {
+  return (v + a - 1) / a * a;
+}
+
+std::string errno_text(int e) {
+  return std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")";
+}
+
+// ---- peer liveness --------------------------------------------------------------------------
+
+// Watches one process through a pidfd (immune to pid reuse), or kill(pid, 0) where the kernel
+// has no pidfd_open. pid 0 (unknown) and our own pid are always alive.
+class PidWatch {
+ public:
+  explicit PidWatch(int pid) : pid_(pid) {
+#ifdef SYS_pidfd_open
+    if (pid_ > 0 && pid_ != ::getpid()) fd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+#endif
+  }
+  ~PidWatch() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  PidWatch(const PidWatch&) = delete;
+  PidWatch& operator=(const PidWatch&) = delete;
+  int pid() const {
+    return pid_;
+  }
+  bool alive() const {
+    if (pid_ <= 0 || pid_ == ::getpid()) return true;
+    if (fd_ >= 0) {
+      pollfd p{fd_, POLLIN, 0};
+      return ::poll(&p, 1, 0) == 0;
+    }
+    return IpcChannel::process_alive(pid_);
+  }
+
+ private:
+  int pid_;
+  int fd_ = -1;
+};
+
+// One watch per pid for the whole process (allocations share them: one fd per peer process).
+std::shared_ptr<PidWatch> watch_pid(int pid) {
+  static auto* mu = new std::mutex;
+  static auto* map = new std::map<int, std::weak_ptr<PidWatch>>;
+  std::lock_guard<std::mutex> lock(*mu);
+  for (auto it = map->begin(); it != map->end();) {
+    it = it->second.expired() ? map->erase(it) : std::next(it);
+  }
+  auto& w = (*map)[pid];
+  auto s = w.lock();
+  if (!s) {
+    s = std::make_shared<PidWatch>(pid);
+    w = s;
+  }
+  return s;
+}
+
+unsigned online_cpus() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return static_cast<unsigned>(CPU_COUNT(&set));
+  unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : n;
+}
+
+// What a rank publishes at rendezvous.
+struct PeerInfo {
+  uint64_t alloc_id;
+  uint64_t map_bytes;
+  int32_t pid;
+  int32_t reserved;
+  char pidns[64];
+  char address[112];
+};
+
+struct FdCloser {
+  int fd = -1;
+  ~FdCloser() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// ---- one allocation ---------------------------------------------------------------------------
+
+class HostMemory final : public BackendMemory {
+ public:
+  HostMemory(int rank, int world, std::vector<int> global, std::string label, size_t bytes,
+             size_t pad_bytes, size_t pad_off, size_t ctrl_off, size_t map_bytes, bool crowded)
+      : rank_(rank),
+        world_(world),
+        global_(std::move(global)),
+        label_(std::move(label)),
+        bytes_(bytes),
+        pad_bytes_(pad_bytes),
+        pad_off_(pad_off),
+        ctrl_off_(ctrl_off),
+        map_bytes_(map_bytes),
+        spin_(crowded ? kSpinCrowded : kSpinAlone),
+        maps_(world, nullptr),
+        watch_(world) {}
+
+  ~HostMemory() override {
+    for (void* m : maps_) {
+      if (m != nullptr) ::munmap(m, map_bytes_);
+    }
+  }
+
+  void* ptr(int peer) const override { return maps_[peer]; }
+  uint32_t* signal_pad(int peer) const override {
+    return reinterpret_cast<uint32_t*>(static_cast<char*>(maps_[peer]) + pad_off_);
+  }
+  bool direct_access(int /*peer*/) const override { return true; }
+
+  void put_signal(int dst, int channel, Millis timeout, Stream) override {
+    auto s = slot(dst, channel, rank_);
+    bool done = false;
+    wait(
+        "put_signal", channel, timeout,
+        [&] {
+          if (!done && s.load(std::memory_order_acquire) == 0) {
+            s.store(1, std::memory_order_release);
+            ring(ctrl(dst));
+            done = true;
+          }
+          return done;
+        },
+        [&](std::vector<Pending>* p) {
+          if (!done) p->push_back({dst, true});
+        });
+  }
+
+  void wait_signal(int src, int channel, Millis timeout, Stream) override {
+    auto s = slot(rank_, channel, src);
+    bool done = false;
+    wait(
+        "wait_signal", channel, timeout,
+        [&] {
+          if (!done && s.load(std::memory_order_acquire) == 1) {
+            s.store(0, std::memory_order_release);
+            ring(ctrl(src));
+            done = true;
+          }
+          return done;
+        },
+        [&](std::vector<Pending>* p) {
+          if (!done) p->push_back({src, false});
+        });
+  }
+
+  void barrier(int channel, Millis timeout, Stream) override {
+    if (world_ == 1) return;
+    // need[p]: bit 0 = our signal to p not yet placed, bit 1 = p's signal not yet consumed.
+    std::vector<uint8_t> need(world_, 3);
+    need[rank_] = 0;
+    int left = 2 * (world_ - 1);
+    wait(
+        "barrier", channel, timeout,
+        [&] {
+          for (int p = 0; p < world_; ++p) {
+            if (need[p] & 1) {
+              auto s = slot(p, channel, rank_);
+              if (s.load(std::memory_order_acquire) == 0) {
+                s.store(1, std::memory_order_release);
+                ring(ctrl(p));
+                need[p] &= ~1;
+                --left;
+              }
+            }
+          }
+          for (int p = 0; p < world_; ++p) {
+            if (need[p] & 2) {
+              auto s = slot(rank_, channel, p);
+              if (s.load(std::memory_order_acquire) == 1) {
+                s.store(0, std::memory_order_release);
+                ring(ctrl(p));
+                need[p] &= ~2;
+                --left;
+              }
+            }
+          }
+          return left == 0;
+        },
+        [&](std::vector<Pending>* out) {
+          for (int p = 0; p < world_; ++p) {
+            if (need[p] & 2) out->push_back({p, false});
+            if (need[p] & 1) out->push_back({p, true});
+          }
+        });
+  }
+
+  // Set up by HostBackend::allocate.
+  std::vector<void*>& maps() { return maps_; }
+  void set_watch(int peer, std::shared_ptr<PidWatch> w) { watch_[peer] = std::move(w); }
+
+ private:
+  struct Pending {
+    int peer;
+    bool put;  // true: waiting for peer to consume our previous signal; false: for its signal
+  };
+
+  std::atomic_ref<uint32_t> slot(int owner, int channel, int src) const {
+    return std::atomic_ref<uint32_t>(
+        signal_pad(owner)[static_cast<size_t>(channel) * static_cast<size_t>(world_) +
+                          static_cast<size_t>(src)]);
+  }
+  HostControl& ctrl(int r) const {
+    return *reinterpret_cast<HostControl*>(static_cast<char*>(maps_[r]) + ctrl_off_);
+  }
+
+  std::string who(int r) const {
+    std::string s = "rank " + std::to_string(r);
+    if (global_[r] != r) s += " (global " + std::to_string(global_[r]) + ")";
+    return s;
+  }
+
+  template <class Progress, class Describe>
+  void wait(const char* op, int channel, Millis timeout, Progress&& progress, Describe&& pending) {
+    if (progress()) return;
+    const auto start = Clock::now();
+    const auto deadline = start + timeout;
+    if (spin_.count() > 0) {
+      const auto spin_end = start + spin_;
+      do {
+        for (int i = 0; i < 32; ++i) cpu_relax();
+        if (progress()) return;
+      } while (Clock::now() < spin_end);
+    } else {
+      // Crowded: let a peer that shares our core run before sleeping.
+      ::sched_yield();
+      if (progress()) return;
+    }
+    auto next_liveness = start + kLivenessInterval;
+    HostControl& me = ctrl(rank_);
+    while (true) {
+      uint32_t bell = me.doorbell.load(std::memory_order_acquire);
+      me.sleepers.fetch_add(1, std::memory_order_seq_cst);
+      bool done = progress();
+      auto now = Clock::now();
+      if (!done && now < deadline) {
+        int64_t left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();
+        futex_wait(&me.doorbell, bell, std::min(left, kSleepSliceNs));
+      }
+      me.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      if (done || progress()) return;
+      now = Clock::now();
+      if (now >= deadline) {
+        std::vector<Pending> p;
+        pending(&p);
+        std::ostringstream os;
+        os << "timed out after " << timeout.count() << " ms on channel " << channel << " of "
+           << label_ << " as " << who(rank_) << ", waiting for ";
+        for (size_t i = 0; i < p.size(); ++i) {
+          os << (i ? "; " : "") << who(p[i].peer)
+             << (p[i].put ? " to consume this rank's previous signal" : " to signal");
+        }
+        throw_error(ErrorCode::Timeout, op, rank_, os.str());
+      }
+      if (now >= next_liveness) {
+        next_liveness = now + kLivenessInterval;
+        std::vector<Pending> p;
+        pending(&p);
+        for (const auto& x : p) {
+          const auto& w = watch_[x.peer];
+          if (w && !w->alive()) {
+            std::ostringstream os;
+            os << "peer " << who(x.peer) << " (pid " << w->pid() << ") exited while " << who(rank_)
+               << " waited for it on channel " << channel << " of " << label_;
+            throw_error(ErrorCode::PeerFailure, op, rank_, os.str());
+          }
+        }
+      }
+    }
+  }
+
+  int rank_;
+  int world_;
+  std::vector<int> global_;
+  std::string label_;
+  size_t bytes_;
+  size_t pad_bytes_;
+  size_t pad_off_;
+  size_t ctrl_off_;
+  size_t map_bytes_;
+  std::chrono::microseconds spin_;
+  std::vector<void*> maps_;
+  std::vector<std::shared_ptr<PidWatch>> watch_;
+};
+
+// ---- the backend --------------------------------------------------------------------------------
+
+class HostBackend final : public Backend {
+ public:
+  const char* name() const override { return "host"; }
+
+  bool can_serve(const Group& group, Device device, std::string* why) const override {
+    if (device.is_cuda()) {
+      if (why != nullptr) {
+        *why = "the host backend serves CPU memory only, not " + to_string(device) +
+               "; GPU memory is served by cuda (one host), nvshmem or nccl";
+      }
+      return false;
+    }
+    if (!group.single_host()) {
+      if (why != nullptr) {
+        std::ostringstream os;
+        std::vector<int> other;
+        for (int r = 0; r < group.world_size(); ++r) {
+          if (!group.same_host(r)) other.push_back(r);
+        }
+        os << "the ranks of group " << group.name() << " are not all on one host (rank "
+           << group.rank() << " is on '" << group.host_id() << "'; ranks";
+        for (size_t i = 0; i < other.size() && i < 16; ++i) os << (i ? ", " : " ") << other[i];
+        if (other.size() > 16) os << " and " << other.size() - 16 << " more";
+        os << " are elsewhere); the host backend reaches one host only. Backends that reach "
+              "across hosts: nvshmem, nccl (GPU memory)";
+        *why = os.str();
+      }
+      return false;
+    }
+    return true;
+  }
+
+  bool supports(OpKind kind, DType dtype) const override {
+    bool known_dtype = dtype == DType::f32 || dtype == DType::f64 || dtype == DType::f16 ||
+                       dtype == DType::bf16 || dtype == DType::i32 || dtype == DType::i64;
+    return static_cast<int>(kind) >= 0 && kind < OpKind::kCount && known_dtype;
+  }
+
+  std::shared_ptr<BackendMemory> allocate(const Group& group, const RendezvousInfo& info) override;
+
+  void run(const OpArgs& args) override {
+    // host_run_op is referenced weakly so that libsymmem links before src/host/host_ops*.cpp
+    // exist; once they do, this branch is dead.
+    if (&symmem::host_run_op == nullptr) {
+      throw_error(ErrorCode::Unsupported, to_string(args.kind),
+                  args.group != nullptr ? args.group->rank() : -1,
+                  "this libsymmem was built without the host collectives (src/host/host_ops*.cpp)");
+    }
+    symmem::host_run_op(args);
+  }
+};
+
+std::shared_ptr<BackendMemory> HostBackend::allocate(const Group& group,
+                                                     const RendezvousInfo& info) {
+  const char* op = "allocate";
+  const int rank = group.rank();
+  const int world = group.world_size();
+  std::string why;
+  if (!can_serve(group, info.device, &why)) throw_error(ErrorCode::Unsupported, op, rank, why);
+  const auto deadline = Clock::now() + info.timeout;
+  auto left = [&] {
+    auto l = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+    return l.count() < 1 ? Millis(1) : l;
+  };
+
+  const size_t pad_off = round_up(info.bytes, kPage);
+  const size_t ctrl_off = round_up(pad_off + info.signal_pad_bytes, alignof(HostControl));
+  const size_t map_bytes = round_up(ctrl_off + sizeof(HostControl), kPage);
+  std::vector<int> global(world);
+  for (int r = 0; r < world; ++r) global[r] = group.global_rank(r);
+  std::string label = "allocation #" + std::to_string(info.alloc_id) + " of group " + group.name();
+  bool crowded = static_cast<unsigned>(group.local_world_size()) > online_cpus();
+  auto mem =
+      std::make_shared<HostMemory>(rank, world, global, label, info.bytes, info.signal_pad_bytes,
+                                   pad_off, ctrl_off, map_bytes, crowded);
+
+  // This rank's memfd: sized, backed, sealed, mapped.
+  std::string fd_name =
+      "symmem:" + group.name() + "#" + std::to_string(info.alloc_id) + ":r" + std::to_string(rank);
+  if (fd_name.size() > 200) fd_name.resize(200);
+  FdCloser own{static_cast<int>(::memfd_create(fd_name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING))};
+  SYMMEM_CHECK_SYS(op, rank, own.fd);
+  SYMMEM_CHECK_SYS(op, rank, ::ftruncate(own.fd, static_cast<off_t>(map_bytes)));
+  // Reserve the memory now, so that running out is an error here rather than SIGBUS later.
+  int rc = ::posix_fallocate(own.fd, 0, static_cast<off_t>(map_bytes));
+  if (rc == ENOSPC || rc == ENOMEM || rc == EFBIG) {
+    throw_error(ErrorCode::System, op, rank,
+                "not enough shared memory for " + std::to_string(map_bytes) + " bytes (" + label +
+                    "): " + errno_text(rc));
+  }
+  SYMMEM_CHECK_SYS(op, rank,
+                   ::fcntl(own.fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL));
+  void* mine = ::mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, own.fd, 0);
+  if (mine == MAP_FAILED) {
+    throw_error(ErrorCode::System, op, rank,
+                "mmap of " + std::to_string(map_bytes) + " bytes failed: " + errno_text(errno));
+  }
+  mem->maps()[rank] = mine;
+  if (world == 1) return mem;
+
+  // Rendezvous: publish where our channel listens, hand our memfd to every peer, map theirs.
+  IpcChannel& channel = IpcChannel::instance(global[rank]);
+  PeerInfo me{};
+  me.alloc_id = info.alloc_id;
+  me.map_bytes = map_bytes;
+  me.pid = static_cast<int32_t>(::getpid());
+  std::string ns = IpcChannel::pid_namespace();
+  std::strncpy(me.pidns, ns.c_str(), sizeof(me.pidns) - 1);
+  SYMMEM_CHECK(op, rank, channel.address().size() < sizeof(me.address), ErrorCode::Internal,
+               "IPC address too long: " << channel.address());
+  std::strncpy(me.address, channel.address().c_str(), sizeof(me.address) - 1);
+  auto peers = group_exchange(group, "symmem/host").all_gather(me);
+  for (int p = 0; p < world; ++p) {
+    SYMMEM_CHECK(op, rank, peers[p].alloc_id == info.alloc_id && peers[p].map_bytes == map_bytes,
+                 ErrorCode::Internal,
+                 "rank " << p << " rendezvoused allocation #" << peers[p].alloc_id << " of "
+                         << peers[p].map_bytes << " bytes with " << label << " of " << map_bytes
+                         << " bytes");
+  }
+  auto tag = [&](int src, int dst) {
+    return group.name() + "/" + std::to_string(info.alloc_id) + "/" + std::to_string(src) + ">" +
+           std::to_string(dst);
+  };
+  Bytes payload(sizeof(uint64_t) * 2);
+  uint64_t meta[2] = {info.alloc_id, map_bytes};
+  std::memcpy(payload.data(), meta, sizeof(meta));
+  for (int p = 0; p < world; ++p) {
+    if (p == rank) continue;
+    channel.send_fds(peers[p].address, p, tag(rank, p), {own.fd}, payload, left());
+  }
+  for (int p = 0; p < world; ++p) {
+    if (p == rank) continue;
+    bool same_ns = std::strncmp(peers[p].pidns, me.pidns, sizeof(me.pidns)) == 0;
+    int store_pid = same_ns ? peers[p].pid : 0;
+    Bytes got;
+    int sender_pid = 0;
+    auto fds = channel.recv_fds(tag(p, rank), p, &got, left(), store_pid, &sender_pid);
+    std::vector<FdCloser> closers(fds.size());
+    for (size_t i = 0; i < fds.size(); ++i) closers[i].fd = fds[i];
+    SYMMEM_CHECK(op, rank, fds.size() == 1 && got.size() == payload.size(), ErrorCode::Internal,
+                 "rank " << p << " sent " << fds.size() << " fds and " << got.size()
+                         << " payload bytes for " << label);
+    uint64_t theirs[2];
+    std::memcpy(theirs, got.data(), sizeof(theirs));
+    struct stat st {};
+    SYMMEM_CHECK_SYS(op, rank, ::fstat(fds[0], &st));
+    int seals = ::fcntl(fds[0], F_GET_SEALS);
+    // A peer's memory must be sealed against shrinking: otherwise it could SIGBUS this rank.
+    SYMMEM_CHECK(op, rank,
+                 theirs[0] == info.alloc_id && theirs[1] == map_bytes &&
+                     static_cast<uint64_t>(st.st_size) == map_bytes && seals >= 0 &&
+                     (seals & F_SEAL_SHRINK) != 0,
+                 ErrorCode::PeerFailure,
+                 "rank " << p << " sent a memfd that does not match " << label << " (size "
+                         << st.st_size << ", expected " << map_bytes << ", seals " << seals << ")");
+    void* m = ::mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+    if (m == MAP_FAILED) {
+      throw_error(ErrorCode::System, op, rank,
+                  "mmap of rank " + std::to_string(p) + "'s " + std::to_string(map_bytes) +
+                      " bytes failed: " + errno_text(errno));
+    }
+    mem->maps()[p] = m;
+    mem->set_watch(p, watch_pid(sender_pid > 0 ? sender_pid : store_pid));
+  }
+  SYMMEM_LOG(TRACE, ALLOC) << "host: rank " << rank << " mapped " << label << " of " << world
+                           << " ranks (" << map_bytes << " bytes each)";
+  return mem;
+}
+
+const bool kRegistered = [] {
+  register_backend(std::make_shared<HostBackend>());
+  return true;
+}();
+
+}  // namespace
+}  // namespace symmem::host

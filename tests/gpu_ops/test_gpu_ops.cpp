@@ -1,0 +1,775 @@
+// GPU collectives of the cuda backend (src/cuda/cuda_ops.cu, src/cuda/kernels/), run by every
+// rank under symmem-run with SYMMEM_BACKEND=cuda (ctest label gpu; NP 1, 2, 4 on one GPU need
+// SYMMEM_ALLOW_SHARED_GPU=1 and, for speed, MPS). Without a GPU every rank exits 77 (skipped).
+//
+// Every rank can compute every rank's input (a hash of rank, index and a per-case seed), so each
+// checks its output against the host reference reduction (src/host/reduce.hpp: the same
+// fixed rank order and f32 accumulation) bit for bit, which also makes every rank's result
+// identical; a few cases additionally compare the ranks' outputs with each other through
+// symmetric memory.
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "host/reduce.hpp"
+#include "symmem/symmem.hpp"
+#include "test_util.hpp"
+
+namespace symmem::test {
+namespace {
+
+Group g_group;
+int g_device = 0;
+constexpr Millis kTimeout{60000};
+
+#define CUDA_OK(call)                                                          \
+  do {                                                                         \
+    cudaError_t e_ = (call);                                                   \
+    ASSERT_EQ(e_, cudaSuccess) << #call << ": " << cudaGetErrorName(e_) << " " \
+                               << cudaGetErrorString(e_);                      \
+  } while (0)
+
+SymmetricMemory alloc_on(const Group& g, size_t bytes) {
+  AllocOptions opt;
+  opt.backend = "cuda";
+  return allocate(g, bytes, Device::cuda(g_device), opt);
+}
+
+class Stream {
+ public:
+  Stream() { cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking); }
+  ~Stream() { cudaStreamDestroy(s_); }
+  cudaStream_t get() const { return s_; }
+  void sync() const { EXPECT_EQ(cudaStreamSynchronize(s_), cudaSuccess); }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+// Ordinary device memory (cudaMalloc), with `skew` bytes of misalignment.
+class DevBuf {
+ public:
+  DevBuf(size_t bytes, size_t skew = 0) : skew_(skew) {
+    cudaMalloc(&base_, bytes + skew + 16);
+    cudaMemset(base_, 0xEE, bytes + skew + 16);
+  }
+  ~DevBuf() { cudaFree(base_); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  char* get() const { return static_cast<char*>(base_) + skew_; }
+
+ private:
+  void* base_ = nullptr;
+  size_t skew_;
+};
+
+OpOptions opts(cudaStream_t s, Algo algo = Algo::automatic) {
+  OpOptions o;
+  o.stream = s;
+  o.algo = algo;
+  o.timeout = kTimeout;
+  o.device = Device::cuda(g_device);
+  return o;
+}
+
+uint32_t mix(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352dU;
+  x ^= x >> 15;
+  x *= 0x846ca68bU;
+  x ^= x >> 16;
+  return x;
+}
+
+// Input element i of `rank` for a case seed: full-mantissa values in [-2, 2), never NaN.
+float value(int rank, size_t i, uint32_t seed) {
+  uint32_t h = mix(static_cast<uint32_t>(i) * 2654435761u ^ mix(seed * 97u + rank));
+  return (static_cast<float>(h >> 8) / 16777216.0f) * 4.0f - 2.0f;
+}
+
+std::vector<char> make_input(DType t, int rank, size_t count, uint32_t seed, size_t first = 0) {
+  std::vector<float> f(count);
+  for (size_t i = 0; i < count; ++i) f[i] = value(rank, first + i, seed);
+  std::vector<char> out(count * dtype_size(t));
+  if (t == DType::f32) {
+    std::memcpy(out.data(), f.data(), out.size());
+  } else {
+    host::convert_f32_to(t, f.data(), out.data(), count);
+  }
+  return out;
+}
+
+std::vector<char> reference(DType t, ReduceOp op, const std::vector<std::vector<char>>& ins,
+                            size_t count) {
+  std::vector<char> out(count * dtype_size(t));
+  std::vector<const void*> p;
+  for (const auto& v : ins) p.push_back(v.data());
+  host::reduce(out.data(), p.data(), static_cast<int>(ins.size()), count, t, op,
+               static_cast<int>(ins.size()));
+  return out;
+}
+
+std::vector<char> download(const void* d, size_t bytes) {
+  std::vector<char> h(bytes);
+  EXPECT_EQ(cudaMemcpy(h.data(), d, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  return h;
+}
+void upload(void* d, const std::vector<char>& h) {
+  EXPECT_EQ(cudaMemcpy(d, h.data(), h.size(), cudaMemcpyHostToDevice), cudaSuccess);
+}
+
+// First differing element, for messages.
+std::string first_diff(const std::vector<char>& got, const std::vector<char>& want, size_t es) {
+  for (size_t i = 0; i < want.size() && i < got.size(); i += es) {
+    if (std::memcmp(got.data() + i, want.data() + i, es) != 0) {
+      uint32_t g = 0, w = 0;
+      std::memcpy(&g, got.data() + i, es);
+      std::memcpy(&w, want.data() + i, es);
+      char buf[128];
+      std::snprintf(buf, sizeof(buf), "element %zu: got 0x%x, want 0x%x", i / es, g, w);
+      return buf;
+    }
+  }
+  return got.size() == want.size() ? "equal" : "size differs";
+}
+
+#define EXPECT_BYTES_EQ(got, want, es, what) \
+  EXPECT_TRUE((got) == (want)) << (what) << ": " << first_diff((got), (want), (es))
+
+// Every rank's `bytes` at `d` must be equal (copied through a symmetric buffer).
+void expect_same_on_every_rank(const Group& g, const void* d, size_t bytes, cudaStream_t s) {
+  auto check = alloc_on(g, std::max<size_t>(bytes, 16));
+  EXPECT_EQ(cudaMemcpyAsync(check.ptr(g.rank()), d, bytes, cudaMemcpyDeviceToDevice, s),
+            cudaSuccess);
+  check.barrier(0, kTimeout, s);
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  auto mine = download(check.ptr(g.rank()), bytes);
+  for (int p = 0; p < g.world_size(); ++p) {
+    auto theirs = download(check.ptr(p), bytes);
+    EXPECT_TRUE(mine == theirs) << "rank " << p << " holds other bits than rank " << g.rank();
+  }
+  check.barrier(0, kTimeout, s);
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+}
+
+const char* name(Algo a) {
+  return to_string(a);
+}
+
+// ---- all_reduce ---------------------------------------------------------------------------------
+enum class Kind { ordinary, ordinary_skewed, sym_in_place, sym_out_of_place };
+const char* name(Kind k) {
+  switch (k) {
+    case Kind::ordinary:
+      return "ordinary";
+    case Kind::ordinary_skewed:
+      return "ordinary+skew";
+    case Kind::sym_in_place:
+      return "symmetric in place";
+    case Kind::sym_out_of_place:
+      return "symmetric out of place";
+  }
+  return "?";
+}
+
+void check_all_reduce(const Group& g, DType t, ReduceOp op, Algo algo, size_t count, Kind kind,
+                      uint32_t seed, bool cross_check = false) {
+  SCOPED_TRACE(std::string("all_reduce ") + to_string(t) + " " + to_string(op) + " " + name(algo) +
+               " count " + std::to_string(count) + " " + name(kind) + " world " +
+               std::to_string(g.world_size()));
+  const size_t es = dtype_size(t);
+  const size_t bytes = count * es;
+  Stream s;
+  std::vector<std::vector<char>> ins;
+  for (int r = 0; r < g.world_size(); ++r) ins.push_back(make_input(t, r, count, seed));
+  const auto want = reference(t, op, ins, count);
+  const OpOptions o = opts(s.get(), algo);
+  std::vector<char> got;
+  if (kind == Kind::ordinary || kind == Kind::ordinary_skewed) {
+    const size_t skew = kind == Kind::ordinary_skewed ? es : 0;
+    DevBuf send(bytes, skew), recv(bytes, 3 * skew);
+    upload(send.get(), ins[g.rank()]);
+    all_reduce(send.get(), recv.get(), count, t, op, g, o);
+    s.sync();
+    got = download(recv.get(), bytes);
+    EXPECT_TRUE(download(send.get(), bytes) == ins[g.rank()]) << "send was modified";
+    if (cross_check) expect_same_on_every_rank(g, recv.get(), bytes, s.get());
+  } else if (kind == Kind::sym_in_place) {
+    auto buf = alloc_on(g, bytes + 64);
+    upload(buf.ptr(g.rank()), ins[g.rank()]);
+    all_reduce(buf, count, t, op, o);
+    s.sync();
+    got = download(buf.ptr(g.rank()), bytes);
+    if (cross_check) expect_same_on_every_rank(g, buf.ptr(g.rank()), bytes, s.get());
+  } else {
+    auto buf = alloc_on(g, 2 * bytes + 256);
+    char* send = static_cast<char*>(buf.ptr(g.rank()));
+    char* recv = send + ((bytes + 255) / 256) * 256;
+    upload(send, ins[g.rank()]);
+    all_reduce(send, recv, count, t, op, g, o);
+    s.sync();
+    got = download(recv, bytes);
+  }
+  EXPECT_BYTES_EQ(got, want, es, "result");
+}
+
+TEST(GpuOps, AllReduceEveryDtypeAlgoSize) {
+  const Algo algos[] = {Algo::automatic, Algo::one_shot, Algo::two_shot};
+  const DType types[] = {DType::f32, DType::f16, DType::bf16};
+  // 1 and 13 elements: tails only; 4099: LL; 70001: LL (one_shot) vs two-shot; 600003: beyond
+  // the LL capacity for 4 ranks (barrier one-shot / two-shot).
+  const size_t sizes[] = {1, 13, 4099, 70001, 600003};
+  const Kind kinds[] = {Kind::ordinary_skewed, Kind::sym_in_place, Kind::sym_out_of_place};
+  uint32_t seed = 1;
+  for (DType t : types) {
+    for (Algo a : algos) {
+      for (size_t n : sizes) {
+        for (Kind k : kinds) check_all_reduce(g_group, t, ReduceOp::sum, a, n, k, seed++);
+      }
+    }
+  }
+}
+
+TEST(GpuOps, AllReduceEveryReduction) {
+  const ReduceOp ops[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max};
+  const DType types[] = {DType::f32, DType::f16, DType::bf16};
+  const Algo algos[] = {Algo::one_shot, Algo::two_shot};
+  uint32_t seed = 1000;
+  for (DType t : types) {
+    for (ReduceOp op : ops) {
+      for (Algo a : algos) {
+        check_all_reduce(g_group, t, op, a, 37, Kind::ordinary, seed++);
+        check_all_reduce(g_group, t, op, a, 100003, Kind::sym_in_place, seed++);
+      }
+    }
+  }
+}
+
+TEST(GpuOps, AllReduceBitwiseIdenticalAcrossRanksAndAlgorithms) {
+  // The same inputs through LL, barrier one-shot and two-shot give the same bits everywhere.
+  for (Algo a : {Algo::one_shot, Algo::two_shot}) {
+    check_all_reduce(g_group, DType::bf16, ReduceOp::sum, a, 50001, Kind::ordinary, 77, true);
+    check_all_reduce(g_group, DType::f32, ReduceOp::avg, a, 1 << 20, Kind::sym_in_place, 78, true);
+  }
+}
+
+TEST(GpuOps, AllReduceLarge) {
+  check_all_reduce(g_group, DType::bf16, ReduceOp::sum, Algo::automatic, (16u << 20) / 2 + 3,
+                   Kind::sym_in_place, 5, true);
+  check_all_reduce(g_group, DType::f32, ReduceOp::sum, Algo::two_shot, (8u << 20) / 4 + 1,
+                   Kind::ordinary, 6);
+}
+
+TEST(GpuOps, AllReduceGenericWorldSize) {
+  // A 3-rank subgroup runs the kernels' generic (non-templated) world-size path.
+  if (g_group.world_size() < 3) GTEST_SKIP() << "needs at least 3 ranks";
+  std::vector<int> ranks = {0, 1, 2};
+  if (g_group.rank() > 2) return;
+  Group sub = g_group.split(ranks);
+  uint32_t seed = 300;
+  for (Algo a : {Algo::one_shot, Algo::two_shot}) {
+    for (DType t : {DType::f32, DType::bf16}) {
+      check_all_reduce(sub, t, ReduceOp::sum, a, 5, Kind::ordinary, seed++);
+      check_all_reduce(sub, t, ReduceOp::max, a, 30011, Kind::sym_in_place, seed++);
+      check_all_reduce(sub, t, ReduceOp::avg, a, 700001, Kind::ordinary_skewed, seed++);
+    }
+  }
+}
+
+// ---- reduce_scatter -----------------------------------------------------------------------------
+void check_reduce_scatter(DType t, ReduceOp op, size_t rc, bool sym, uint32_t seed) {
+  const Group& g = g_group;
+  SCOPED_TRACE(std::string("reduce_scatter ") + to_string(t) + " " + to_string(op) +
+               " recv_count " + std::to_string(rc) + (sym ? " symmetric send" : " ordinary"));
+  const int n = g.world_size();
+  const size_t es = dtype_size(t);
+  Stream s;
+  std::vector<std::vector<char>> ins;
+  for (int r = 0; r < n; ++r) ins.push_back(make_input(t, r, rc * n, seed));
+  std::vector<std::vector<char>> mine_blocks;
+  for (int r = 0; r < n; ++r) {
+    mine_blocks.emplace_back(ins[r].begin() + g.rank() * rc * es,
+                             ins[r].begin() + (g.rank() + 1) * rc * es);
+  }
+  const auto want = reference(t, op, mine_blocks, rc);
+  DevBuf recv(rc * es, 2);
+  if (sym) {
+    auto buf = alloc_on(g, rc * n * es);
+    upload(buf.ptr(g.rank()), ins[g.rank()]);
+    reduce_scatter(buf.ptr(g.rank()), recv.get(), rc, t, op, g, opts(s.get()));
+    s.sync();
+  } else {
+    DevBuf send(rc * n * es, es);
+    upload(send.get(), ins[g.rank()]);
+    reduce_scatter(send.get(), recv.get(), rc, t, op, g, opts(s.get()));
+    s.sync();
+  }
+  EXPECT_BYTES_EQ(download(recv.get(), rc * es), want, es, "result");
+}
+
+TEST(GpuOps, ReduceScatter) {
+  uint32_t seed = 2000;
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
+      for (size_t rc : {size_t{1}, size_t{5}, size_t{3000}, size_t{200001}}) {
+        check_reduce_scatter(t, op, rc, false, seed++);
+      }
+      check_reduce_scatter(t, op, 131072, true, seed++);  // zero copy (16-byte blocks)
+      check_reduce_scatter(t, op, 7, true, seed++);       // symmetric, staged (odd blocks)
+    }
+  }
+}
+
+// ---- all_gather / all_to_all / broadcast
+// ---------------------------------------------------------
+void check_all_gather(DType t, size_t sc, int mode, uint32_t seed) {
+  // mode 0: ordinary; 1: symmetric send; 2: in place in ordinary memory.
+  const Group& g = g_group;
+  SCOPED_TRACE(std::string("all_gather ") + to_string(t) + " send_count " + std::to_string(sc) +
+               " mode " + std::to_string(mode));
+  const int n = g.world_size();
+  const size_t es = dtype_size(t);
+  const size_t block = sc * es;
+  Stream s;
+  std::vector<char> want;
+  for (int r = 0; r < n; ++r) {
+    auto in = make_input(t, r, sc, seed);
+    want.insert(want.end(), in.begin(), in.end());
+  }
+  const auto mine = make_input(t, g.rank(), sc, seed);
+  DevBuf recv(block * n, mode == 2 ? 0 : es);
+  if (mode == 0) {
+    DevBuf send(block, 2 * es);
+    upload(send.get(), mine);
+    all_gather(send.get(), recv.get(), sc, t, g, opts(s.get()));
+    s.sync();
+  } else if (mode == 1) {
+    auto buf = alloc_on(g, block + 16);
+    upload(buf.ptr(g.rank()), mine);
+    all_gather(buf.ptr(g.rank()), recv.get(), sc, t, g, opts(s.get()));
+    s.sync();
+  } else {
+    char* at = recv.get() + g.rank() * block;
+    upload(at, mine);
+    all_gather(at, recv.get(), sc, t, g, opts(s.get()));
+    s.sync();
+  }
+  EXPECT_BYTES_EQ(download(recv.get(), block * n), want, es, "result");
+}
+
+TEST(GpuOps, AllGather) {
+  uint32_t seed = 3000;
+  for (DType t : {DType::f32, DType::bf16}) {
+    for (size_t sc : {size_t{1}, size_t{3}, size_t{5000}, size_t{300001}}) {
+      for (int mode = 0; mode < 3; ++mode) check_all_gather(t, sc, mode, seed++);
+    }
+  }
+}
+
+void check_all_to_all(DType t, size_t c, bool sym_recv, uint32_t seed) {
+  const Group& g = g_group;
+  SCOPED_TRACE(std::string("all_to_all ") + to_string(t) + " count " + std::to_string(c) +
+               (sym_recv ? " symmetric recv" : " ordinary"));
+  const int n = g.world_size();
+  const size_t es = dtype_size(t);
+  const size_t block = c * es;
+  Stream s;
+  // Rank r's block p is input (r, elements p*c ...).
+  std::vector<char> want;
+  for (int r = 0; r < n; ++r) {
+    auto in = make_input(t, r, c, seed, static_cast<size_t>(g.rank()) * c);
+    want.insert(want.end(), in.begin(), in.end());
+  }
+  const auto mine = make_input(t, g.rank(), c * n, seed);
+  DevBuf send(block * n, es);
+  upload(send.get(), mine);
+  if (sym_recv) {
+    auto buf = alloc_on(g, block * n);
+    all_to_all(send.get(), buf.ptr(g.rank()), c, t, g, opts(s.get()));
+    s.sync();
+    EXPECT_BYTES_EQ(download(buf.ptr(g.rank()), block * n), want, es, "result");
+  } else {
+    DevBuf recv(block * n, 3 * es);
+    all_to_all(send.get(), recv.get(), c, t, g, opts(s.get()));
+    s.sync();
+    EXPECT_BYTES_EQ(download(recv.get(), block * n), want, es, "result");
+  }
+}
+
+TEST(GpuOps, AllToAll) {
+  uint32_t seed = 4000;
+  for (DType t : {DType::f16, DType::f32}) {
+    for (size_t c : {size_t{1}, size_t{7}, size_t{5000}, size_t{150001}}) {
+      check_all_to_all(t, c, false, seed++);
+      check_all_to_all(t, c, true, seed++);
+    }
+  }
+}
+
+TEST(GpuOps, Broadcast) {
+  const Group& g = g_group;
+  uint32_t seed = 5000;
+  for (int root = 0; root < g.world_size(); ++root) {
+    for (size_t count : {size_t{1}, size_t{999}, size_t{300001}}) {
+      SCOPED_TRACE("broadcast root " + std::to_string(root) + " count " + std::to_string(count));
+      const DType t = DType::bf16;
+      const size_t bytes = count * 2;
+      Stream s;
+      const auto want = make_input(t, root, count, seed++);
+      DevBuf recv(bytes, 2);
+      if (g.rank() == root) {
+        DevBuf send(bytes, 6);
+        upload(send.get(), want);
+        broadcast(send.get(), recv.get(), count, t, root, g, opts(s.get()));
+        s.sync();
+      } else {
+        broadcast(nullptr, recv.get(), count, t, root, g, opts(s.get()));
+        s.sync();
+      }
+      EXPECT_BYTES_EQ(download(recv.get(), bytes), want, 2, "result");
+    }
+  }
+}
+
+// ---- all_to_all_v
+// ---------------------------------------------------------------------------------
+int64_t a2av_count(int from, int to, uint32_t seed) {
+  return static_cast<int64_t>(mix(seed * 131u + from * 17u + to) % 3000) * (((from + to) % 3) != 0);
+}
+
+void check_all_to_all_v(bool known, bool sym_recv, uint32_t seed) {
+  const Group& g = g_group;
+  SCOPED_TRACE(std::string("all_to_all_v") + (known ? " known" : " moe") +
+               (sym_recv ? " symmetric recv" : ""));
+  const int n = g.world_size();
+  const int r = g.rank();
+  const DType t = DType::bf16;
+  const size_t es = 2;
+  Stream s;
+  std::vector<int64_t> send_counts(n), want_counts(n), want_offsets(n);
+  int64_t send_total = 0, recv_total = 0;
+  for (int p = 0; p < n; ++p) {
+    send_counts[p] = a2av_count(r, p, seed);
+    send_total += send_counts[p];
+    want_counts[p] = a2av_count(p, r, seed);
+    want_offsets[p] = recv_total;
+    recv_total += want_counts[p];
+  }
+  // Piece for p: input(r, elements starting at 100000 * p).
+  std::vector<char> send_host;
+  for (int p = 0; p < n; ++p) {
+    auto piece = make_input(t, r, send_counts[p], seed, 100000u * p);
+    send_host.insert(send_host.end(), piece.begin(), piece.end());
+  }
+  std::vector<char> want;
+  for (int p = 0; p < n; ++p) {
+    auto piece = make_input(t, p, want_counts[p], seed, 100000u * r);
+    want.insert(want.end(), piece.begin(), piece.end());
+  }
+  const size_t capacity = static_cast<size_t>(3000) * n + 5;
+  DevBuf send(std::max<size_t>(send_total, 1) * es, 2);
+  if (send_total > 0) upload(send.get(), send_host);
+  DevBuf counts(3 * n * sizeof(int64_t));
+  auto* d_send_counts = reinterpret_cast<int64_t*>(counts.get());
+  int64_t* d_recv_counts = d_send_counts + n;
+  int64_t* d_recv_offsets = d_send_counts + 2 * n;
+  std::vector<char> c(reinterpret_cast<char*>(send_counts.data()),
+                      reinterpret_cast<char*>(send_counts.data()) + n * sizeof(int64_t));
+  upload(d_send_counts, c);
+  if (known) {
+    std::vector<char> k(reinterpret_cast<char*>(want_counts.data()),
+                        reinterpret_cast<char*>(want_counts.data()) + n * sizeof(int64_t));
+    upload(d_recv_counts, k);
+  }
+  AllToAllVOptions o;
+  static_cast<OpOptions&>(o) = opts(s.get());
+  o.recv_counts_known = known;
+  std::vector<char> got;
+  if (sym_recv) {
+    auto buf = alloc_on(g, capacity * es);
+    all_to_all_v(send.get(), d_send_counts, buf.ptr(r), d_recv_counts, d_recv_offsets, capacity, t,
+                 g, o);
+    s.sync();
+    got = download(buf.ptr(r), recv_total * es);
+  } else {
+    DevBuf recv(capacity * es, 4);
+    all_to_all_v(send.get(), d_send_counts, recv.get(), d_recv_counts, d_recv_offsets, capacity, t,
+                 g, o);
+    s.sync();
+    got = download(recv.get(), recv_total * es);
+  }
+  EXPECT_BYTES_EQ(got, want, es, "received data");
+  std::vector<int64_t> rc(n), ro(n);
+  auto h = download(d_recv_counts, 2 * n * sizeof(int64_t));
+  std::memcpy(rc.data(), h.data(), n * sizeof(int64_t));
+  std::memcpy(ro.data(), h.data() + n * sizeof(int64_t), n * sizeof(int64_t));
+  EXPECT_EQ(rc, want_counts);
+  EXPECT_EQ(ro, want_offsets);
+}
+
+TEST(GpuOps, AllToAllV) {
+  uint32_t seed = 6000;
+  for (bool known : {false, true}) {
+    for (bool sym : {false, true}) check_all_to_all_v(known, sym, seed++);
+  }
+}
+
+TEST(GpuOps, AllToAllVCapacityExceededIsReported) {
+  const Group& g = g_group;
+  const int n = g.world_size();
+  Stream s;
+  std::vector<int64_t> counts(n, 10);
+  DevBuf send(10 * n * 4), recv(64), dc(2 * n * sizeof(int64_t) + n * sizeof(int64_t));
+  auto* d = reinterpret_cast<int64_t*>(dc.get());
+  upload(d, std::vector<char>(reinterpret_cast<char*>(counts.data()),
+                              reinterpret_cast<char*>(counts.data()) + n * 8));
+  AllToAllVOptions o;
+  static_cast<OpOptions&>(o) = opts(s.get());
+  // Every rank receives 10 * n elements; rank 0 declares room for 10 * n - 1 only.
+  const size_t cap = g.rank() == 0 ? 10 * n - 1 : 10 * n;
+  DevBuf recv_big(cap * 4);
+  all_to_all_v(send.get(), d, recv_big.get(), d + n, d + 2 * n, cap, DType::f32, g, o);
+  s.sync();
+  if (g.rank() == 0) {
+    expect_error([&] { barrier(g, opts(s.get())); }, ErrorCode::InvalidArgument,
+                 {"recv_capacity", "all_to_all_v"});
+  }
+  barrier(g, opts(s.get()));
+  s.sync();
+  g.store_barrier();
+}
+
+// ---- zero-copy agreement
+// ----------------------------------------------------------------------------
+TEST(GpuOps, ZeroCopyDisagreementIsReported) {
+  const Group& g = g_group;
+  if (g.world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  Stream s;
+  const size_t count = 1 << 20;  // beyond every LL threshold: a barrier kernel
+  auto buf = alloc_on(g, count * 4);
+  DevBuf ordinary(count * 4), recv(count * 4);
+  const void* send = g.rank() == 0 ? buf.ptr(0) : ordinary.get();
+  all_reduce(send, recv.get(), count, DType::f32, ReduceOp::sum, g, opts(s.get(), Algo::two_shot));
+  s.sync();
+  expect_error([&] { barrier(g, opts(s.get())); }, ErrorCode::InvalidArgument,
+               {"same offset", "send"});
+  barrier(g, opts(s.get()));
+  s.sync();
+  g.store_barrier();
+}
+
+// ---- put / get / barrier
+// ------------------------------------------------------------------------------
+TEST(GpuOps, PutGetWithSignal) {
+  const Group& g = g_group;
+  const int n = g.world_size();
+  const int r = g.rank();
+  const int next = (r + 1) % n;
+  const int prev = (r + n - 1) % n;
+  Stream s;
+  const size_t bytes = 100003;
+  auto buf = alloc_on(g, bytes + 64);
+  auto mine = make_input(DType::f32, r, bytes / 4 + 1, 7000);
+  mine.resize(bytes);
+  DevBuf src(bytes, 1);
+  upload(src.get(), mine);
+  buf.barrier(0, kTimeout, s.get());
+  P2POptions po;
+  static_cast<OpOptions&>(po) = opts(s.get());
+  po.signal = true;
+  po.channel = 1;
+  put(buf, 5, src.get(), bytes, next, po);  // odd offset, odd length
+  buf.wait_signal(prev, 1, kTimeout, s.get());
+  s.sync();
+  auto want = make_input(DType::f32, prev, bytes / 4 + 1, 7000);
+  want.resize(bytes);
+  auto got = download(static_cast<char*>(buf.ptr(r)) + 5, bytes);
+  EXPECT_BYTES_EQ(got, want, 1, "put data");
+  // get: read next's buffer (holding what next's predecessor, this rank, put there).
+  buf.barrier(0, kTimeout, s.get());
+  DevBuf dst(bytes, 3);
+  get(buf, 5, dst.get(), bytes, next, po);
+  buf.wait_signal(prev, 1, kTimeout, s.get());
+  s.sync();
+  EXPECT_BYTES_EQ(download(dst.get(), bytes), mine, 1, "get data");
+  buf.barrier(0, kTimeout, s.get());
+  s.sync();
+}
+
+TEST(GpuOps, BarrierOrdersWrites) {
+  const Group& g = g_group;
+  Stream s;
+  auto buf = alloc_on(g, 4096);
+  for (int round = 1; round <= 20; ++round) {
+    std::vector<char> v(4, static_cast<char>(round));
+    EXPECT_EQ(cudaMemcpyAsync(buf.ptr(g.rank()), v.data(), 4, cudaMemcpyHostToDevice, s.get()),
+              cudaSuccess);
+    barrier(g, opts(s.get()));
+    s.sync();
+    for (int p = 0; p < g.world_size(); ++p) {
+      EXPECT_EQ(download(buf.ptr(p), 4), v) << "rank " << p << " round " << round;
+    }
+    barrier(g, opts(s.get()));
+  }
+  s.sync();
+}
+
+// ---- CUDA graphs
+// ----------------------------------------------------------------------------------------
+TEST(GpuOps, GraphCaptureAndReplay) {
+  const Group& g = g_group;
+  const int n = g.world_size();
+  Stream s;
+  const size_t small = 3001, large = 400003;  // LL and two-shot (every world size here)
+  auto sym = alloc_on(g, large * 2);
+  DevBuf send_small(small * 4), recv_small(small * 4), gathered(small * 4 * n);
+  DevBuf send_large(large * 2, 2);
+  auto run_ops = [&] {
+    all_reduce(send_small.get(), recv_small.get(), small, DType::f32, ReduceOp::sum, g,
+               opts(s.get()));
+    all_reduce(sym, large, DType::bf16, ReduceOp::sum, opts(s.get(), Algo::two_shot));
+    all_gather(send_small.get(), gathered.get(), small, DType::f32, g, opts(s.get()));
+    all_reduce(send_large.get(), send_large.get(), large, DType::bf16, ReduceOp::max, g,
+               opts(s.get(), Algo::one_shot));
+  };
+  run_ops();  // warm up: workspace sized and initialised outside capture
+  s.sync();
+  cudaGraph_t graph = nullptr;
+  CUDA_OK(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeThreadLocal));
+  run_ops();
+  CUDA_OK(cudaStreamEndCapture(s.get(), &graph));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int rep = 0; rep < 4; ++rep) {
+    const uint32_t seed = 8000 + rep;
+    std::vector<std::vector<char>> a, b, c;
+    for (int r = 0; r < n; ++r) {
+      a.push_back(make_input(DType::f32, r, small, seed));
+      b.push_back(make_input(DType::bf16, r, large, seed + 100));
+      c.push_back(make_input(DType::bf16, r, large, seed + 200));
+    }
+    upload(send_small.get(), a[g.rank()]);
+    upload(sym.ptr(g.rank()), b[g.rank()]);
+    upload(send_large.get(), c[g.rank()]);
+    CUDA_OK(cudaGraphLaunch(exec, s.get()));
+    s.sync();
+    SCOPED_TRACE("replay " + std::to_string(rep));
+    EXPECT_BYTES_EQ(download(recv_small.get(), small * 4),
+                    reference(DType::f32, ReduceOp::sum, a, small), 4, "LL all_reduce");
+    EXPECT_BYTES_EQ(download(sym.ptr(g.rank()), large * 2),
+                    reference(DType::bf16, ReduceOp::sum, b, large), 2, "two-shot all_reduce");
+    std::vector<char> ag;
+    for (int r = 0; r < n; ++r) ag.insert(ag.end(), a[r].begin(), a[r].end());
+    EXPECT_BYTES_EQ(download(gathered.get(), small * 4 * n), ag, 4, "all_gather");
+    EXPECT_BYTES_EQ(download(send_large.get(), large * 2),
+                    reference(DType::bf16, ReduceOp::max, c, large), 2, "one-shot all_reduce");
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+// ---- bad inputs
+// ---------------------------------------------------------------------------------------
+TEST(GpuOps, BadInputs) {
+  const Group& g = g_group;
+  Stream s;
+  auto buf = alloc_on(g, 4096);
+  DevBuf a(8192), b(8192);
+  expect_error([&] { all_reduce(buf, 4096, DType::f32, ReduceOp::sum, opts(s.get())); },
+               ErrorCode::InvalidArgument, {"count"});
+  expect_error(
+      [&] { all_reduce(a.get(), b.get(), 16, DType::f64, ReduceOp::sum, g, opts(s.get())); },
+      ErrorCode::Unsupported, {"f64"});
+  expect_error(
+      [&] { all_reduce(a.get() + 1, b.get(), 16, DType::bf16, ReduceOp::sum, g, opts(s.get())); },
+      ErrorCode::InvalidArgument, {"send"});
+  expect_error(
+      [&] { broadcast(a.get(), b.get(), 16, DType::f32, g.world_size(), g, opts(s.get())); },
+      ErrorCode::InvalidArgument, {"root"});
+  expect_error(
+      [&] { all_reduce(a.get(), a.get() + 4, 16, DType::f32, ReduceOp::sum, g, opts(s.get())); },
+      ErrorCode::InvalidArgument, {"overlap"});
+  P2POptions po;
+  static_cast<OpOptions&>(po) = opts(s.get());
+  expect_error([&] { put(buf, 4000, a.get(), 200, 0, po); }, ErrorCode::InvalidArgument, {});
+  expect_error([&] { put(buf, 0, a.get(), 16, g.world_size(), po); }, ErrorCode::InvalidArgument,
+               {"peer"});
+  // Nothing was launched: a collective still works afterwards.
+  barrier(g, opts(s.get()));
+  s.sync();
+}
+
+// Last: a failed capture may leave the fresh group unusable.
+TEST(GpuOps, CaptureWithoutWarmUpIsAnError) {
+  // A fresh group has no workspace yet: setting it up inside capture is refused.
+  std::vector<int> all(g_group.world_size());
+  for (int i = 0; i < g_group.world_size(); ++i) all[i] = i;
+  Group fresh = g_group.split(all);
+  Stream s;
+  DevBuf a(4096), b(4096);
+  CUDA_OK(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeThreadLocal));
+  // Refused by symmem (InvalidArgument, "warm up") or, if the allocation itself touches a
+  // capture-unsafe CUDA call first, by CUDA; either way the message names the capture.
+  try {
+    all_reduce(a.get(), b.get(), 1024, DType::f32, ReduceOp::sum, fresh, opts(s.get()));
+    ADD_FAILURE() << "an op that needs a new workspace was accepted during capture";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    std::transform(m.begin(), m.end(), m.begin(),
+                   [](unsigned char ch) { return std::tolower(ch); });
+    EXPECT_NE(m.find("captur"), std::string::npos) << e.what();
+  }
+  cudaGraph_t graph = nullptr;
+  cudaStreamEndCapture(s.get(), &graph);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaGetLastError();
+  // Outside capture the same call works.
+  DevBuf c(4096);
+  upload(c.get(), make_input(DType::f32, fresh.rank(), 1024, 9));
+  all_reduce(c.get(), b.get(), 1024, DType::f32, ReduceOp::sum, fresh, opts(s.get()));
+  s.sync();
+  std::vector<std::vector<char>> ins;
+  for (int r = 0; r < fresh.world_size(); ++r) ins.push_back(make_input(DType::f32, r, 1024, 9));
+  EXPECT_BYTES_EQ(download(b.get(), 4096), reference(DType::f32, ReduceOp::sum, ins, 1024), 4,
+                  "after capture");
+  fresh.store_barrier();
+}
+
+}  // namespace
+}  // namespace symmem::test
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  std::string why;
+  if (!symmem::test::have_gpu(&why)) {
+    std::printf("SKIPPED: %s\n", why.c_str());
+    return symmem::test::kSkipExitCode;
+  }
+  try {
+    symmem::test::g_group = symmem::Group::from_env();
+    const int count = symmem::test::gpu_count();
+    symmem::test::g_device = symmem::test::g_group.local_rank() % count;
+    if (cudaSetDevice(symmem::test::g_device) != cudaSuccess) {
+      std::fprintf(stderr, "cudaSetDevice(%d) failed\n", symmem::test::g_device);
+      return 1;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "setup failed: %s\n", e.what());
+    return 1;
+  }
+  int rc = RUN_ALL_TESTS();
+  try {
+    symmem::test::g_group.store_barrier();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "final barrier failed: %s\n", e.what());
+    rc = rc ? rc : 1;
+  }
+  return rc;
+}
