@@ -44,3 +44,12 @@ add_test(NAME python_stub
                  ${CMAKE_CURRENT_BINARY_DIR}/_C.pyi.gen)
 set_tests_properties(python_stub PROPERTIES LABELS "python" TIMEOUT 120 SKIP_RETURN_CODE 77
                      ENVIRONMENT "PYTHON=${Python_EXECUTABLE}")
+
+# The CPU example runs as a test too.
+if(TARGET symmem-run)
+  add_test(NAME python_example_numpy
+           COMMAND $<TARGET_FILE:symmem-run> -n 3 --timeout 120 -- ${Python_EXECUTABLE}
+                   ${PROJECT_SOURCE_DIR}/examples/python/numpy_cpu.py)
+  set_tests_properties(python_example_numpy PROPERTIES LABELS "python;mp" TIMEOUT 120
+                       ENVIRONMENT "${_py_env}")
+endif()
