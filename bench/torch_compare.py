@@ -17,7 +17,7 @@ the bytes every rank moves in an in-place all-reduce (read its share from every 
 the result to every rank: 2 x bytes per rank, all ranks on the same HBM) at ~4.1 TB/s.
 Prints one table and writes <out>/torch_compare.{json,md}.
 
-usage: torch_compare.py --out DIR [--quick] [--build DIR] [--np 2,4] [--sizes B,...]
+usage: torch_compare.py [--out DIR] [--quick] [--build DIR (default $SYMMEM_BUILD_DIR or ./build)] [--np 2,4] [--sizes B,...]
                         [--iters N] [--repeats N] [--skip-torch] [--skip-symmem]
 """
 
@@ -266,10 +266,10 @@ def make_table(results, worlds, sizes, one_gpu):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", default=os.environ.get("SYMMEM_TORCH_COMPARE_OUT", "torch_compare_out"))
     ap.add_argument("--quick", action="store_true", help="5 sizes, fewer repeats (< ~3 min)")
-    ap.add_argument("--build", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                    "..", "build"))
+    ap.add_argument("--build", default=os.environ.get("SYMMEM_BUILD_DIR") or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "build"))
     ap.add_argument("--np", default="2,4")
     ap.add_argument("--sizes", default="")
     ap.add_argument("--iters", type=int, default=0)

@@ -13,6 +13,13 @@
 // throws InvalidArgument naming the rank that differs. Pass the same kind of buffer on every
 // rank (symmetric at the same offset, or ordinary memory everywhere).
 //
+// NOTE [stream order]
+// Every kernel of a group's workspace reads the workspace epoch when it starts and the last of
+// its blocks advances it (kernels.hpp). The ops of one group must therefore run one after the
+// other on the device: on one stream, or on several streams that the caller orders with events
+// (as for any two kernels that share memory). The same holds for CUDA graphs: capture a
+// group's ops on one stream.
+//
 // NOTE [device-detected errors]
 // all_to_all_v counts live in device memory, so their checks (capacity, negative counts,
 // MPI-style count agreement) run on the device and fill a host-mapped op error record. Like a
@@ -95,6 +102,13 @@ struct Process {
   std::mutex mu;
   int32_t* op_error = nullptr;  // host-mapped, K::kOpErrorRecordInts
   std::unordered_map<const symmem::BackendMemory*, WsState> ws;
+  // The latest workspace seen per group (Group::Impl), to refuse growth during capture before
+  // the core would try to allocate.
+  struct GroupWs {
+    std::weak_ptr<symmem::BackendMemory> mem;
+    size_t bytes = 0;
+  };
+  std::unordered_map<const void*, GroupWs> group_ws;
   std::unordered_map<int, int> sm_count;  // per device
   int device_count = 0;
 };
@@ -271,13 +285,32 @@ struct Ws {
   char* data() const { return local + L.data_offset; }
 };
 
+[[noreturn]] void throw_warm_up(const Call& c, size_t bytes) {
+  symmem::throw_invalid_argument(
+      c.op, c.rank, "stream",
+      "is being captured into a CUDA graph, but this op needs the group's GPU workspace to be "
+      "set up or grown (to " +
+          std::to_string(bytes) +
+          " bytes), which cannot happen during capture: run the same ops once before capturing "
+          "(warm up)");
+}
+
 Ws get_ws(const Call& c, size_t data_bytes) {
   Ws w;
   w.L = K::ws_layout(c.world);
-  w.mem = c.a.workspace(w.L.data_offset + data_bytes);
+  const size_t need = w.L.data_offset + data_bytes;
+  Process& P = proc();
+  const void* gkey = c.a.group->impl().get();
+  if (c.capturing) {
+    std::lock_guard<std::mutex> lock(P.mu);
+    auto it = P.group_ws.find(gkey);
+    if (it == P.group_ws.end() || it->second.mem.expired() || it->second.bytes < need) {
+      throw_warm_up(c, need);
+    }
+  }
+  w.mem = c.a.workspace(need);
   w.local = static_cast<char*>(w.mem.ptr(c.rank));
   const auto& bm = w.mem.backend_memory();
-  Process& P = proc();
   int32_t* trec = nullptr;
   {
     std::unique_lock<std::mutex> lock(P.mu);
@@ -285,15 +318,7 @@ Ws get_ws(const Call& c, size_t data_bytes) {
     if (it != P.ws.end() && it->second.mem.lock() == bm) {
       trec = it->second.timeout_record;
     } else {
-      if (c.capturing) {
-        symmem::throw_invalid_argument(
-            c.op, c.rank, "stream",
-            "is being captured into a CUDA graph, but the group's GPU workspace is new (first "
-            "op, or it grew to " +
-                std::to_string(w.L.data_offset + data_bytes) +
-                " bytes) and must be set up outside capture: run the same ops once before "
-                "capturing (warm up)");
-      }
+      if (c.capturing) throw_warm_up(c, need);
       if (P.op_error == nullptr) {
         void* h = nullptr;
         SYMMEM_GK_CHECK(c, cudaHostAlloc(&h, K::kOpErrorRecordInts * sizeof(int32_t),
@@ -312,6 +337,9 @@ Ws get_ws(const Call& c, size_t data_bytes) {
       lock.lock();
       P.ws[bm.get()] = WsState{bm, trec};
     }
+    auto& g = P.group_ws[gkey];
+    if (g.mem.lock() != bm) g = Process::GroupWs{bm, 0};
+    g.bytes = std::max(g.bytes, w.mem.size());
   }
   w.sync.ctrl = peers_of(c, w.mem, 0);
   w.sync.rank = c.rank;
@@ -398,14 +426,12 @@ void all_reduce(const Call& c) {
   const bool zc_in = a.send_sym.valid() && aligned16(a.send);
   const bool zc_out = two_shot && a.recv_sym.valid() && aligned16(a.recv) && (!in_place || zc_in);
   const size_t region = align_up(bytes, 256);
-  // Data region: [in staging][out staging / one-shot staging].
-  size_t data = 0;
+  // Data region: [in staging][out staging / one-shot staging]. The size asked for does not depend
+  // on this rank's zero-copy decisions: workspace growth is collective (same size everywhere).
   const size_t in_at = 0;
-  if (!zc_in) data += region;
-  const size_t out_at = data;
+  const size_t out_at = region;
   const bool stage_out = two_shot ? (zc_in && !zc_out && !in_place) : (zc_in && in_place);
-  if (stage_out) data += region;
-  Ws w = get_ws(c, data);
+  Ws w = get_ws(c, 2 * region);
   K::ReduceArgs k;
   k.sync = w.sync;
   k.mode = two_shot ? K::ReduceMode::two_shot : K::ReduceMode::one_shot;
@@ -463,7 +489,7 @@ void reduce_scatter(const Call& c) {
   }
   const bool zc_in = a.send_sym.valid() && aligned16(a.send) && n % 16 == 0;
   const size_t stride = zc_in ? n : align_up(n, 16);
-  Ws w = get_ws(c, zc_in ? 0 : stride * c.world);
+  Ws w = get_ws(c, align_up(n, 16) * c.world);
   K::ReduceArgs k;
   k.sync = w.sync;
   k.mode = K::ReduceMode::reduce_scatter;
@@ -495,7 +521,7 @@ void all_gather(const Call& c) {
     return;
   }
   const bool zc_in = a.send_sym.valid();
-  Ws w = get_ws(c, zc_in ? 0 : align_up(n, 256));
+  Ws w = get_ws(c, align_up(n, 256));
   K::MoveArgs k;
   k.sync = w.sync;
   k.mode = K::MoveMode::all_gather;
@@ -528,7 +554,7 @@ void all_to_all(const Call& c) {
   const char* r0 = static_cast<const char*>(a.recv);
   const bool overlap = s0 < r0 + total && r0 < s0 + total;
   const bool zc_out = a.recv_sym.valid() && !overlap;
-  Ws w = get_ws(c, zc_out ? 0 : align_up(total, 256));
+  Ws w = get_ws(c, align_up(total, 256));
   K::MoveArgs k;
   k.sync = w.sync;
   k.mode = K::MoveMode::all_to_all;
@@ -583,7 +609,7 @@ void all_to_all_v(const Call& c) {
   const OpArgs& a = c.a;
   const size_t cap_bytes = a.recv_capacity * c.es;
   const bool zc_out = a.recv_sym.valid();
-  Ws w = get_ws(c, zc_out ? 0 : align_up(cap_bytes, 256));
+  Ws w = get_ws(c, align_up(cap_bytes, 256));
   K::AllToAllVArgs k;
   k.sync = w.sync;
   k.matrix_local = reinterpret_cast<int64_t*>(w.local + w.L.matrix_offset);
@@ -657,7 +683,21 @@ void cuda_run_op(const OpArgs& a) {
     if (a.signal) a.target.put_signal(a.root, a.channel, a.timeout, a.stream);
     return;
   }
-  if (a.kind != OpKind::barrier) (void)ktype(c);  // dtype check first
+  if (a.kind != OpKind::barrier) {
+    (void)ktype(c);  // dtype first
+    // The core checks alignment too; a misaligned element access would be a sticky device fault.
+    auto aligned = [&](const void* p) { return reinterpret_cast<uintptr_t>(p) % c.es == 0; };
+    if (!aligned(a.send)) {
+      symmem::throw_invalid_argument(
+          op, rank, "send",
+          "is not aligned to its element size (" + std::to_string(c.es) + " bytes)");
+    }
+    if (!aligned(a.recv)) {
+      symmem::throw_invalid_argument(
+          op, rank, "recv",
+          "is not aligned to its element size (" + std::to_string(c.es) + " bytes)");
+    }
+  }
   if (a.kind != OpKind::barrier && a.kind != OpKind::all_to_all_v && a.count == 0) return;
   if (c.world == 1 && a.kind != OpKind::all_to_all_v) {
     run_single(c);

@@ -131,15 +131,9 @@ __global__ void __launch_bounds__(kThreads, 2) reduce_kernel(const ReduceArgs a)
       auto emit = [&](int64_t u, uint4 y) {
         if constexpr (kW > 0) {
 #pragma unroll
-          for (int i = 0; i < kW; ++i) {
-            const int p = rank + i < kW ? rank + i : rank + i - kW;
-            st_v4(peer(out, p) + u * 16, y);
-          }
+          for (int p = 0; p < kW; ++p) st_v4(peer(out, p) + u * 16, y);
         } else {
-          for (int i = 0; i < world; ++i) {
-            const int p = rank + i < world ? rank + i : rank + i - world;
-            st_v4(peer(out, p) + u * 16, y);
-          }
+          for (int p = 0; p < world; ++p) st_v4(peer(out, p) + u * 16, y);
         }
       };
       auto emit_elem = [&](int64_t off, float f) {
