@@ -449,7 +449,7 @@ void run_collective(Call& c, const OpOptions& o, Check&& check) {
     err.code = f.error.code();
     err.message = f.error.what();
   }
-  const bool agreement = c.world > 1 && !c.device.is_cuda() && c.group->single_host();
+  const bool agreement = c.world > 1 && !c.device.is_cuda();
   if (agreement) {
     agree(c, next_seq(*c.group), err);
   } else if (err.set()) {

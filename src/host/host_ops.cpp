@@ -9,6 +9,14 @@
 // The trailing barrier keeps a fast rank from overwriting its workspace (or returning a buffer
 // to the user) while a peer still reads it. Synchronisation: PadSync (host_ops_sync.hpp).
 //
+// Contract with the core: before a collective reaches host_run_op, every rank has passed the
+// agreement barrier of ops.cpp on the same workspace pad (NOTE [collective agreement]). That
+// barrier already says "every rank has entered this op and has finished the previous one", so:
+//  - nothing staged (zero copy): no barrier is needed before reading peers' buffers;
+//  - staged only (peers read only our workspace): no trailing barrier is needed, since our
+//    workspace is next written after the next op's agreement barrier.
+// A trailing barrier remains where peers read the caller's own symmetric buffers.
+//
 // Reductions: every element is reduced by reduce() over inputs in rank order 0..n-1, whichever
 // rank computes it, so all ranks hold the same bits. one_shot: every rank reduces everything;
 // two_shot: rank r reduces chunk r (reduce-scatter) then every rank copies the other chunks
@@ -92,12 +100,14 @@ void all_reduce(const OpArgs& a) {
     const bool zc = a.send_sym.valid() && !in_place;
     Ctx c(a, zc ? 0 : bytes);
     PadSync sync = c.sync();
-    if (!zc) copy_bytes(c.data(r), a.send, bytes);
-    sync.barrier();
+    if (!zc) {
+      copy_bytes(c.data(r), a.send, bytes);
+      sync.barrier();
+    }
     for (int p = 0; p < n; ++p) ins[p] = zc ? a.send_sym.ptr(p) : c.data(p);
     ins[r] = a.send;
     host::reduce(a.recv, ins.data(), n, a.count, a.dtype, a.redop, n);
-    sync.barrier();
+    if (zc) sync.barrier();
     return;
   }
 
@@ -127,8 +137,8 @@ void all_reduce(const OpArgs& a) {
       if (q == r) continue;
       copy_bytes(c.data(r) + begin(q) * es, cptr(a.send) + begin(q) * es, len(q) * es);
     }
+    sync.barrier();
   }
-  sync.barrier();
   for (int p = 0; p < n; ++p) ins[p] = src(p) + begin(r) * es;
   ins[r] = cptr(a.send) + begin(r) * es;
   host::reduce(reduced(r) + begin(r) * es, ins.data(), n, len(r), a.dtype, a.redop, n);
@@ -137,7 +147,7 @@ void all_reduce(const OpArgs& a) {
     int p = (r + k) % n;
     copy_bytes(cptr(a.recv) + begin(p) * es, reduced(p) + begin(p) * es, len(p) * es);
   }
-  sync.barrier();
+  if (zc_out) sync.barrier();  // peers read our recv
 }
 
 // ---- reduce_scatter ---------------------------------------------------------------------------
@@ -152,13 +162,13 @@ void reduce_scatter(const OpArgs& a) {
   if (!zc) {
     for (int q = 0; q < n; ++q)
       if (q != r) copy_bytes(c.data(r) + q * block, cptr(a.send) + q * block, block);
+    if (n > 1) sync.barrier();
   }
-  if (n > 1) sync.barrier();
   std::vector<const void*> ins(n);
   for (int p = 0; p < n; ++p) ins[p] = (zc ? cptr(a.send_sym.ptr(p)) : c.data(p)) + r * block;
   ins[r] = cptr(a.send) + r * block;
   host::reduce(a.recv, ins.data(), n, a.count, a.dtype, a.redop, n);
-  if (n > 1) sync.barrier();
+  if (zc && n > 1) sync.barrier();  // peers read our send
 }
 
 // ---- all_gather -------------------------------------------------------------------------------
@@ -169,14 +179,16 @@ void all_gather(const OpArgs& a) {
   const bool zc = a.send_sym.valid();
   Ctx c(a, zc ? 0 : block);
   PadSync sync = c.sync();
-  if (!zc && n > 1) copy_bytes(c.data(r), a.send, block);
-  if (n > 1) sync.barrier();
+  if (!zc && n > 1) {
+    copy_bytes(c.data(r), a.send, block);
+    sync.barrier();
+  }
   copy_bytes(cptr(a.recv) + r * block, a.send, block);
   for (int k = 1; k < n; ++k) {
     int p = (r + k) % n;
     copy_bytes(cptr(a.recv) + p * block, zc ? cptr(a.send_sym.ptr(p)) : c.data(p), block);
   }
-  if (n > 1) sync.barrier();
+  if (zc && n > 1) sync.barrier();
 }
 
 // ---- all_to_all -------------------------------------------------------------------------------
@@ -190,15 +202,15 @@ void all_to_all(const OpArgs& a) {
   if (!zc) {
     for (int q = 0; q < n; ++q)
       if (q != r) copy_bytes(c.data(r) + q * block, cptr(a.send) + q * block, block);
+    if (n > 1) sync.barrier();
   }
-  if (n > 1) sync.barrier();
   copy_bytes(cptr(a.recv) + r * block, cptr(a.send) + r * block, block);
   for (int k = 1; k < n; ++k) {
     int p = (r + k) % n;
     const char* from = (zc ? cptr(a.send_sym.ptr(p)) : c.data(p)) + r * block;
     copy_bytes(cptr(a.recv) + p * block, from, block);
   }
-  if (n > 1) sync.barrier();
+  if (zc && n > 1) sync.barrier();
 }
 
 // ---- all_to_all_v -----------------------------------------------------------------------------
@@ -229,15 +241,14 @@ void all_to_all_v(const OpArgs& a) {
     if (p == r) my_total = t;
   }
   const bool zc = a.send_sym.valid();
-  {
-    // Everyone has read the headers before anybody may grow (replace) the workspace.
-    PadSync sync = c.sync();
-    sync.barrier();
-  }
+  // Growing replaces the workspace; peers still reading our old header read it through their
+  // own mapping, which stays valid until they grow too.
   if (!zc) c.grow(max_total * es);
   PadSync sync = c.sync();
-  if (!zc) copy_bytes(c.data(r), a.send, my_total * es);
-  sync.barrier();
+  if (!zc) {
+    copy_bytes(c.data(r), a.send, my_total * es);
+    sync.barrier();
+  }
   std::vector<int64_t> recv_off(n);
   size_t off = 0;
   for (int p = 0; p < n; ++p) {
@@ -251,7 +262,7 @@ void all_to_all_v(const OpArgs& a) {
     const char* base = p == r ? cptr(a.send) : zc ? cptr(a.send_sym.ptr(p)) : c.data(p);
     copy_bytes(cptr(a.recv) + recv_off[p] * es, base + from * es, sc(p, r) * es);
   }
-  sync.barrier();
+  if (zc) sync.barrier();  // peers read our send
   if (!a.recv_counts_known)
     for (int p = 0; p < n; ++p) a.recv_counts[p] = static_cast<int64_t>(sc(p, r));
   if (a.recv_offsets)
@@ -285,13 +296,7 @@ void broadcast(const OpArgs& a) {
       copy_bytes(cptr(a.recv) + off, c.data(root) + off, m);
     }
   }
-  if (r == root) {
-    copy_bytes(a.recv, a.send, bytes);
-    for (int p = 0; p < n; ++p)
-      if (p != r) sync.wait(p);
-  } else {
-    sync.signal(root);
-  }
+  if (r == root) copy_bytes(a.recv, a.send, bytes);
 }
 
 // ---- put / get --------------------------------------------------------------------------------
