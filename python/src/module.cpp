@@ -250,6 +250,12 @@ dl::DataType to_dtype(nb::handle d, const char* op) {
   std::string s;
   if (nb::isinstance<nb::str>(d)) {
     s = nb::cast<std::string>(d);
+  } else if (d.ptr() == reinterpret_cast<PyObject*>(&PyFloat_Type)) {
+    s = "float64";  // Python's float, as numpy reads it
+  } else if (d.ptr() == reinterpret_cast<PyObject*>(&PyLong_Type)) {
+    s = "int64";
+  } else if (d.ptr() == reinterpret_cast<PyObject*>(&PyBool_Type)) {
+    s = "bool";
   } else if (PyType_Check(d.ptr())) {
     s = nb::cast<std::string>(d.attr("__name__"));  // numpy.float32, ...
   } else {
