@@ -147,9 +147,18 @@ JoinRecord decode(const Bytes& b, int from, int rank) {
   return r;
 }
 
-// Rethrows `e` with the same code and some context about the group in front.
+// Rethrows `e` with the same code and some context about the group in front. When the launcher
+// has reported a dead rank, a Timeout becomes a PeerFailure that says so.
 [[noreturn]] void rethrow_with(const Error& e, const std::string& op, const Group::Impl& g) {
   std::string msg = op + ": group " + g.name + ": " + e.what();
+  ErrorCode code = e.code();
+  if ((code == ErrorCode::Timeout || code == ErrorCode::PeerFailure) && g.store) {
+    std::string reason = detail::job_abort_reason(*g.store);
+    if (!reason.empty()) {
+      msg += "; the launcher reports: " + reason;
+      code = ErrorCode::PeerFailure;
+    }
+  }
   if (g.global_ranks.size() > 1) {
     bool identity = true;
     for (size_t i = 0; i < g.global_ranks.size(); ++i) {
@@ -165,8 +174,10 @@ JoinRecord decode(const Bytes& b, int from, int rank) {
       msg += ")";
     }
   }
-  throw Error(e.code(), msg);
+  throw Error(code, msg);
 }
+
+constexpr int64_t kCheckoutWaitMs = 30000;
 
 }  // namespace
 
@@ -177,10 +188,11 @@ Group::Impl::~Impl() {
       store->set(name + "/exit/" + std::to_string(rank), to_bytes("1"));
       return;
     }
-    // Rank 0 hosts the store: wait until everyone is done with it before it stops.
+    // Rank 0 hosts the store: wait until everyone is done with it before it stops. Bounded
+    // below the job timeout: a rank that died never checks out, and exiting should not hang.
     std::vector<std::string> keys;
     for (int r = 1; r < world_size; ++r) keys.push_back(name + "/exit/" + std::to_string(r));
-    store->wait(keys, timeout);
+    store->wait(keys, std::min(timeout, Millis(kCheckoutWaitMs)));
     for (const auto& k : keys) store->remove(k);
   } catch (const std::exception& e) {
     SYMMEM_LOG(WARN, INIT) << "group " << name << ": check-out at exit failed: " << e.what();
@@ -189,6 +201,15 @@ Group::Impl::~Impl() {
 }
 
 namespace detail {
+
+std::string job_abort_reason(Store& store) noexcept {
+  try {
+    if (!store.check({kJobAbortKey})) return "";
+    return to_string(store.get(kJobAbortKey, Millis(1000)));
+  } catch (...) {
+    return "";
+  }
+}
 
 std::string host_identity(const std::string& override_id) {
   if (!override_id.empty()) return override_id;

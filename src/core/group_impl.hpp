@@ -41,6 +41,17 @@ struct Group::Impl {
 
 namespace detail {
 
+// NOTE [job abort key]
+// A launcher that sees a rank die (symmem-run does) sets this key in the job's store to a
+// line naming the rank, e.g. "rank 2 killed by signal 9 (Killed)". Waits that poll can check
+// it to fail fast with PeerFailure instead of running into their timeout; errors from Group
+// operations include it.
+inline constexpr const char* kJobAbortKey = "symmem/abort";
+
+// The reason stored at kJobAbortKey, or "" when the key is absent or the store cannot answer.
+// Never blocks beyond one store round trip; never throws.
+SYMMEM_API std::string job_abort_reason(Store& store) noexcept;
+
 // This process's host identity: `override_id` if non-empty, else SYMMEM_HOST_ID, else
 // "<hostname>/<boot id>".
 SYMMEM_API std::string host_identity(const std::string& override_id);

@@ -426,14 +426,12 @@ void all_reduce(const Call& c) {
   const bool zc_in = a.send_sym.valid() && aligned16(a.send);
   const bool zc_out = two_shot && a.recv_sym.valid() && aligned16(a.recv) && (!in_place || zc_in);
   const size_t region = align_up(bytes, 256);
-  // Data region: [in staging][out staging / one-shot staging].
-  size_t data = 0;
+  // Data region: [in staging][out staging / one-shot staging]. The size asked for does not depend
+  // on this rank's zero-copy decisions: workspace growth is collective (same size everywhere).
   const size_t in_at = 0;
-  if (!zc_in) data += region;
-  const size_t out_at = data;
+  const size_t out_at = region;
   const bool stage_out = two_shot ? (zc_in && !zc_out && !in_place) : (zc_in && in_place);
-  if (stage_out) data += region;
-  Ws w = get_ws(c, data);
+  Ws w = get_ws(c, 2 * region);
   K::ReduceArgs k;
   k.sync = w.sync;
   k.mode = two_shot ? K::ReduceMode::two_shot : K::ReduceMode::one_shot;
@@ -491,7 +489,7 @@ void reduce_scatter(const Call& c) {
   }
   const bool zc_in = a.send_sym.valid() && aligned16(a.send) && n % 16 == 0;
   const size_t stride = zc_in ? n : align_up(n, 16);
-  Ws w = get_ws(c, zc_in ? 0 : stride * c.world);
+  Ws w = get_ws(c, align_up(n, 16) * c.world);
   K::ReduceArgs k;
   k.sync = w.sync;
   k.mode = K::ReduceMode::reduce_scatter;
@@ -523,7 +521,7 @@ void all_gather(const Call& c) {
     return;
   }
   const bool zc_in = a.send_sym.valid();
-  Ws w = get_ws(c, zc_in ? 0 : align_up(n, 256));
+  Ws w = get_ws(c, align_up(n, 256));
   K::MoveArgs k;
   k.sync = w.sync;
   k.mode = K::MoveMode::all_gather;
@@ -556,7 +554,7 @@ void all_to_all(const Call& c) {
   const char* r0 = static_cast<const char*>(a.recv);
   const bool overlap = s0 < r0 + total && r0 < s0 + total;
   const bool zc_out = a.recv_sym.valid() && !overlap;
-  Ws w = get_ws(c, zc_out ? 0 : align_up(total, 256));
+  Ws w = get_ws(c, align_up(total, 256));
   K::MoveArgs k;
   k.sync = w.sync;
   k.mode = K::MoveMode::all_to_all;
@@ -611,7 +609,7 @@ void all_to_all_v(const Call& c) {
   const OpArgs& a = c.a;
   const size_t cap_bytes = a.recv_capacity * c.es;
   const bool zc_out = a.recv_sym.valid();
-  Ws w = get_ws(c, zc_out ? 0 : align_up(cap_bytes, 256));
+  Ws w = get_ws(c, align_up(cap_bytes, 256));
   K::AllToAllVArgs k;
   k.sync = w.sync;
   k.matrix_local = reinterpret_cast<int64_t*>(w.local + w.L.matrix_offset);

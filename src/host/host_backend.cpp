@@ -47,8 +47,9 @@ constexpr size_t kPage = 4096;
 constexpr int64_t kSleepSliceNs = 20'000'000;  // longest single futex sleep
 constexpr auto kLivenessInterval =
     std::chrono::milliseconds(50);                           // how often dead peers are sought
-constexpr auto kSpinAlone = std::chrono::microseconds(20);   // spin before sleeping: cores to spare
+constexpr auto kSpinAlone = std::chrono::microseconds(2);    // spin before sleeping: cores to spare
 constexpr auto kSpinCrowded = std::chrono::microseconds(0);  // ranks outnumber cores
+constexpr int kYields = 32;  // sched_yield()s between spinning and sleeping
 
 size_t round_up(size_t v, size_t a) {
   return (v + a - 1) / a * a;
@@ -237,7 +238,8 @@ class HostMemory final : public BackendMemory {
             if (need[p] & 2) out->push_back({p, false});
             if (need[p] & 1) out->push_back({p, true});
           }
-        });
+        },
+        /*whole_group=*/true);
   }
 
   // Set up by HostBackend::allocate.
@@ -265,19 +267,51 @@ class HostMemory final : public BackendMemory {
     return s;
   }
 
+  // Throws PeerFailure naming every dead peer among those we wait for (whole_group: among all
+  // peers, since a barrier cannot complete without any of them).
+  template <class Describe>
+  void check_peers_alive(const char* op, int channel, Describe& pending, bool whole_group) const {
+    std::vector<int> peers;
+    if (whole_group) {
+      for (int p = 0; p < world_; ++p) {
+        if (p != rank_) peers.push_back(p);
+      }
+    } else {
+      std::vector<Pending> p;
+      pending(&p);
+      for (const auto& x : p) peers.push_back(x.peer);
+      std::sort(peers.begin(), peers.end());
+      peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+    }
+    std::ostringstream dead;
+    int n = 0;
+    for (int p : peers) {
+      const auto& w = watch_[p];
+      if (w && !w->alive()) dead << (n++ ? ", " : "") << who(p) << " (pid " << w->pid() << ")";
+    }
+    if (n == 0) return;
+    std::ostringstream os;
+    os << "peer " << dead.str() << (n == 1 ? " has" : " have") << " exited while " << who(rank_)
+       << " waited on channel " << channel << " of " << label_;
+    throw_error(ErrorCode::PeerFailure, op, rank_, os.str());
+  }
+
   template <class Progress, class Describe>
-  void wait(const char* op, int channel, Millis timeout, Progress&& progress, Describe&& pending) {
+  void wait(const char* op, int channel, Millis timeout, Progress&& progress, Describe&& pending,
+            bool whole_group = false) {
     if (progress()) return;
     const auto start = Clock::now();
     const auto deadline = start + timeout;
+    // Spin briefly (cores to spare: the peer is probably running), then yield the core a few
+    // times (it may be the one a peer needs; on an idle core a yield returns at once), then sleep.
     if (spin_.count() > 0) {
       const auto spin_end = start + spin_;
       do {
         for (int i = 0; i < 32; ++i) cpu_relax();
         if (progress()) return;
       } while (Clock::now() < spin_end);
-    } else {
-      // Crowded: let a peer that shares our core run before sleeping.
+    }
+    for (int i = 0; i < kYields; ++i) {
       ::sched_yield();
       if (progress()) return;
     }
@@ -309,17 +343,7 @@ class HostMemory final : public BackendMemory {
       }
       if (now >= next_liveness) {
         next_liveness = now + kLivenessInterval;
-        std::vector<Pending> p;
-        pending(&p);
-        for (const auto& x : p) {
-          const auto& w = watch_[x.peer];
-          if (w && !w->alive()) {
-            std::ostringstream os;
-            os << "peer " << who(x.peer) << " (pid " << w->pid() << ") exited while " << who(rank_)
-               << " waited for it on channel " << channel << " of " << label_;
-            throw_error(ErrorCode::PeerFailure, op, rank_, os.str());
-          }
-        }
+        check_peers_alive(op, channel, pending, whole_group);
       }
     }
   }

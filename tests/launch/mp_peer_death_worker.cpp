@@ -1,5 +1,6 @@
 // Worker of test_peer_death: every rank all-gathers over the store in a loop; the victim rank
-// (argv[1]) SIGKILLs itself before round 3, so the others wait on its key. Each survivor prints
+// (argv[1]) SIGKILLs itself before round 3, so the others wait on its key. With argv[2] ==
+// "barrier" the rounds are Group::store_barrier() calls instead. Each survivor prints
 //   RESULT rank=R code=<ErrorCode> ms=<time in the failing call> what=<message>
 // and exits 1; a survivor that sees no error prints "NO-ERROR rank=R" and exits 0.
 
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "core/exchange.hpp"
 #include "symmem/error.hpp"
@@ -16,6 +18,7 @@
 
 int main(int argc, char** argv) {
   int victim = argc > 1 ? std::atoi(argv[1]) : 1;
+  bool barrier = argc > 2 && std::string(argv[2]) == "barrier";
   int rank = -1;
   auto t0 = std::chrono::steady_clock::now();
   try {
@@ -27,6 +30,10 @@ int main(int argc, char** argv) {
     for (int round = 0; round < 6; ++round) {
       if (rank == victim && round == 3) raise(SIGKILL);
       t0 = std::chrono::steady_clock::now();
+      if (barrier) {
+        g.store_barrier();
+        continue;
+      }
       auto all = x.all_gather<int>(rank * 100 + round);
       for (int r = 0; r < g.world_size(); ++r) {
         if (all[r] != r * 100 + round) {

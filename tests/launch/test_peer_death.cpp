@@ -14,41 +14,56 @@ using namespace symmem::test;
 
 namespace {
 
-void kill_during_exchange(int nranks, int victim) {
+struct Outcome {
+  std::string code, what;
+  int ms = 0;
+};
+
+// Runs the worker under symmem-run with --fail-grace; returns each survivor's outcome.
+std::map<int, Outcome> kill_during(int nranks, int victim, const std::string& mode) {
   const int timeout_ms = 3000;
   const int margin_ms = 3000;
   auto r = run({"-n", std::to_string(nranks), "--fail-grace", "30", "--timeout", "90", "--",
-                SYMMEM_PEER_DEATH_WORKER, std::to_string(victim)},
+                SYMMEM_PEER_DEATH_WORKER, std::to_string(victim), mode},
                120, nullptr, {"SYMMEM_TIMEOUT_MS=" + std::to_string(timeout_ms)});
   EXPECT_NE(r.rc, 0);
   EXPECT_TRUE(contains(
       r.err, "symmem-run: rank " + std::to_string(victim) + " killed by signal 9 (Killed)"))
       << r.err;
-  std::map<int, std::smatch> results;
+  std::map<int, Outcome> results;
   std::regex re(R"(\[(\d+)\] RESULT rank=(\d+) code=(\w+) ms=(\d+) what=(.*))");
-  auto out = lines(r.out);
-  for (const auto& l : out) {
+  for (const auto& l : lines(r.out)) {
     std::smatch m;
-    if (std::regex_match(l, m, re)) results[std::stoi(m[1])] = m;
+    if (std::regex_match(l, m, re)) results[std::stoi(m[1])] = {m[3], m[5], std::stoi(m[4])};
   }
   for (int rank = 0; rank < nranks; ++rank) {
     if (rank == victim) continue;
-    ASSERT_EQ(results.count(rank), 1u) << "rank " << rank << " reported nothing:\n"
+    EXPECT_EQ(results.count(rank), 1u) << "rank " << rank << " reported nothing:\n"
                                        << r.out << r.err;
-    const auto& m = results[rank];
-    std::string code = m[3], what = m[5];
-    EXPECT_TRUE(code == "PeerFailure" || code == "Timeout") << "rank " << rank << ": " << code;
-    EXPECT_TRUE(contains(what, "rank " + std::to_string(victim)))
-        << "rank " << rank << "'s error does not name rank " << victim << ": " << what;
-    EXPECT_LE(std::stoi(m[4]), timeout_ms + margin_ms) << "rank " << rank << ": " << what;
+    if (results.count(rank) == 0) continue;
+    const auto& o = results[rank];
+    EXPECT_TRUE(o.code == "PeerFailure" || o.code == "Timeout")
+        << "rank " << rank << ": " << o.code;
+    EXPECT_TRUE(contains(o.what, "rank " + std::to_string(victim)))
+        << "rank " << rank << "'s error does not name rank " << victim << ": " << o.what;
+    EXPECT_LE(o.ms, timeout_ms + margin_ms) << "rank " << rank << ": " << o.what;
   }
+  return results;
 }
 
 }  // namespace
 
 TEST(PeerDeath, KilledDuringExchange) {
-  kill_during_exchange(4, 2);
+  kill_during(4, 2, "exchange");
 }
 TEST(PeerDeath, RankZeroKilledDuringExchange) {
-  kill_during_exchange(3, 0);
+  kill_during(3, 0, "exchange");
+}
+
+TEST(PeerDeath, KilledDuringStoreBarrierIsAPeerFailureNamingTheCause) {
+  for (const auto& [rank, o] : kill_during(4, 1, "barrier")) {
+    EXPECT_EQ(o.code, "PeerFailure") << "rank " << rank << ": " << o.what;
+    EXPECT_TRUE(contains(o.what, "the launcher reports: rank 1 killed by signal 9 (Killed)"))
+        << o.what;
+  }
 }

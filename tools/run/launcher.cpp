@@ -354,6 +354,8 @@ class Job {
     }
     if (first_failure_ < 0) {
       first_failure_ = i;
+      if (config_.on_first_failure)
+        config_.on_first_failure("rank " + std::to_string(i) + " " + r.how());
       auto at = after(config_.fail_grace_s);
       if (!stop_at_ || at < *stop_at_) stop_at_ = at;
     }

@@ -5,6 +5,7 @@
 // out, and summarises how each rank ended.
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -19,6 +20,9 @@ struct LaunchConfig {
   double kill_grace_s = 3;        // SIGTERM -> SIGKILL
   double skip_grace_s = 5;        // after a rank exits 77, wait this long for the others
   std::map<std::string, std::string> env;  // added to every rank's environment
+  // Called once, at the first rank failure, with a line naming the rank ("rank 2 killed by
+  // signal 9 (Killed)"), before the other ranks are stopped.
+  std::function<void(const std::string&)> on_first_failure;
   // Per rank variables (RANK, ...) are added by the launcher itself.
 };
 

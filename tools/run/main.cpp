@@ -7,9 +7,11 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -161,6 +163,16 @@ int main(int argc, char** argv) {
   if (i >= argc) usage_error("no PROGRAM given");
   for (; i < argc; ++i) config.argv.emplace_back(argv[i]);
 
+  // Two pipes per rank stay open for the whole job.
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    rlim_t want = static_cast<rlim_t>(config.nranks) * 2 + 64;
+    if (lim.rlim_cur < want) {
+      lim.rlim_cur = std::min(lim.rlim_max, want);
+      setrlimit(RLIMIT_NOFILE, &lim);
+    }
+  }
+
   std::string token = random_token();
   int master_port = free_port();
   if (master_port < 0) {
@@ -179,6 +191,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   config.env["SYMMEM_STORE"] = "tcp://127.0.0.1:" + std::to_string(server->port());
+  // Publish the first failure in the store (see NOTE [job abort key] in src/core/group_impl.hpp)
+  // so that ranks waiting on the dead one can fail fast, naming it.
+  config.on_first_failure = [&](const std::string& what) {
+    try {
+      symmem::TcpStore client("127.0.0.1", server->port(), token, std::chrono::seconds(2));
+      client.set("symmem/abort", symmem::to_bytes(what + " (reported by symmem-run)"));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "symmem-run: cannot publish the failure in the store: %s\n", e.what());
+    }
+  };
 
   int rc = symmem::run::run_job(config);
   server->stop();

@@ -1,0 +1,430 @@
+// symmem._C: the ops of symmem/ops.hpp over DLPack-capable arrays.
+//
+// An argument may be a symmem.SymmetricArray, or any array with __dlpack__ (numpy, torch, CuPy,
+// JAX, ...). Memory that lies inside a symmetric allocation of the group is used in place; other
+// memory is copied through the group's symmetric workspace by the C++ op. The group is, in order:
+// the `group` argument; the group of the first argument that is symmetric memory (a
+// SymmetricArray, or a foreign array over one); the default group.
+
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <deque>
+
+#include "common.hpp"
+
+namespace symmem::py {
+
+using namespace nb::literals;
+
+namespace {
+
+class OpCall {
+ public:
+  OpCall(const char* op, nb::handle group, nb::handle stream, nb::handle timeout)
+      : op_(op), group_arg_(group), stream_arg_(stream) {
+    opts_.timeout = to_timeout(timeout, op);
+  }
+
+  // Imports an array argument; every array of one op must be on one device.
+  ArrayRef& add(nb::handle obj, const char* arg, bool written) {
+    Device d = array_device(obj, op_, arg);
+    if (!first_arg_) {
+      first_arg_ = arg;
+      bool none = false;
+      Stream s = to_stream(stream_arg_, op_, &none);
+      if (none && d.is_cuda()) s = torch_current_stream(d.index);
+      opts_.stream = s;
+      opts_.device = d;
+    } else if (!(d == *opts_.device)) {
+      throw_invalid_argument(op_, -1, arg,
+                             "is on " + to_string(d) + " but '" + first_arg_ + "' is on " +
+                                 to_string(*opts_.device));
+    }
+    refs_.push_back(import_array(obj, op_, arg, opts_.stream));
+    ArrayRef& r = refs_.back();
+    if (written && r.read_only) throw_invalid_argument(op_, -1, arg, "is read-only");
+    return r;
+  }
+
+  // For ops without array arguments (barrier).
+  void set_device(nb::handle device) {
+    if (device.is_none()) {
+      bool none = false;
+      opts_.stream = to_stream(stream_arg_, op_, &none);
+      return;
+    }
+    Group g = group();
+    Device d = to_device(device, &g, op_);
+    bool none = false;
+    Stream s = to_stream(stream_arg_, op_, &none);
+    if (none && d.is_cuda()) s = torch_current_stream(d.index);
+    opts_.stream = s;
+    opts_.device = d;
+  }
+
+  const Group& group() {
+    if (group_) return *group_;
+    if (!group_arg_.is_none()) {
+      if (!nb::isinstance<Group>(group_arg_))
+        throw_invalid_argument(op_, -1, "group", "must be a symmem.Group or None");
+      group_ = nb::cast<Group>(group_arg_);
+      return *group_;
+    }
+    for (const ArrayRef& r : refs_) {
+      if (r.sym) {
+        group_ = r.sym->mem.group();
+        return *group_;
+      }
+      if (auto mem = find_allocation(r.data, r.nbytes(), nullptr)) {
+        group_ = mem->group();
+        return *group_;
+      }
+    }
+    nb::object& d = default_group_slot();
+    if (d.is_valid() && !d.is_none()) {
+      group_ = nb::cast<Group>(d);
+      return *group_;
+    }
+    throw_invalid_argument(op_, -1, "group",
+                           "is None, no argument lies in symmetric memory and there is no default "
+                           "group: call symmem.Group.from_env() first or pass group=");
+  }
+
+  int rank() { return group().rank(); }
+
+  DType dtype(const ArrayRef& r, const char* arg) {
+    auto t = to_symmem_dtype(r.dtype);
+    if (!t)
+      throw_invalid_argument(op_, rank(), arg,
+                             "has dtype " + dtype_name(r.dtype) + "; " + op_ +
+                                 " takes float32, float64, float16, bfloat16, int32 or int64");
+    return *t;
+  }
+
+  void same_dtype(const ArrayRef& a, const char* an, const ArrayRef& b, const char* bn) {
+    if (a.dtype.code != b.dtype.code || a.dtype.bits != b.dtype.bits)
+      throw_invalid_argument(op_, rank(), bn,
+                             "has dtype " + dtype_name(b.dtype) + " but '" + an + "' has " +
+                                 dtype_name(a.dtype));
+  }
+
+  [[noreturn]] void bad(const char* arg, const std::string& what) {
+    throw_invalid_argument(op_, rank(), arg, what);
+  }
+
+  OpOptions& opts() { return opts_; }
+  const char* op() const { return op_; }
+
+ private:
+  const char* op_;
+  nb::handle group_arg_;
+  nb::handle stream_arg_;
+  OpOptions opts_;
+  const char* first_arg_ = nullptr;
+  std::deque<ArrayRef> refs_;  // deque: references stay valid as arguments are added
+  std::optional<Group> group_;
+};
+
+// The symmetric memory of a put/get target: a SymmetricArray of this rank, or a foreign array
+// over a symmetric allocation. *base_offset: the array's byte offset in the returned handle.
+SymmetricMemory target_memory(OpCall& c, const ArrayRef& r, const char* arg, size_t* base_offset) {
+  if (r.sym) {
+    if (!r.sym->is_local())
+      c.bad(arg, "is a peer view or a signal pad; pass the array of this rank (the op names the "
+                 "peer)");
+    *base_offset = 0;
+    return r.sym->mem;
+  }
+  auto mem = find_allocation(r.data, r.nbytes(), base_offset);
+  if (!mem)
+    c.bad(arg, "is not in symmetric memory; allocate it with symmem.empty() (or a view of one)");
+  return *mem;
+}
+
+size_t elements_offset(OpCall& c, int64_t offset, const ArrayRef& r, const char* arg,
+                       size_t bytes) {
+  if (offset < 0) c.bad("offset", "= " + std::to_string(offset) + " is negative");
+  size_t off = static_cast<size_t>(offset) * dtype_bytes(r.dtype);
+  if (off > r.nbytes() || bytes > r.nbytes() - off)
+    c.bad(arg, "holds " + std::to_string(r.nbytes()) + " bytes; " + std::to_string(bytes) +
+                   " bytes at element offset " + std::to_string(offset) + " do not fit");
+  return off;
+}
+
+}  // namespace
+
+void bind_ops(nb::module_& m) {
+  m.def(
+      "all_reduce",
+      [](nb::handle x, const std::string& op, const std::string& algo, nb::handle out,
+         nb::handle group, nb::handle stream, nb::handle timeout) {
+        OpCall c("all_reduce", group, stream, timeout);
+        ReduceOp redop = parse_reduce_op(op, "op");
+        c.opts().algo = parse_algo(algo, "algo");
+        ArrayRef& in = c.add(x, "x", out.is_none());
+        DType t = c.dtype(in, "x");
+        if (out.is_none() && in.sym && in.sym->is_local() && group.is_none()) {
+          SymmetricMemory mem = in.sym->mem;  // zero copy, in place
+          nb::gil_scoped_release r;
+          all_reduce(mem, in.numel, t, redop, c.opts());
+          return;
+        }
+        ArrayRef* o = &in;
+        if (!out.is_none()) {
+          o = &c.add(out, "out", true);
+          c.same_dtype(in, "x", *o, "out");
+          if (o->numel != in.numel)
+            c.bad("out", "has " + std::to_string(o->numel) + " elements but 'x' has " +
+                             std::to_string(in.numel));
+        }
+        const Group& g = c.group();
+        nb::gil_scoped_release r;
+        all_reduce(in.data, o->data, in.numel, t, redop, g, c.opts());
+      },
+      "x"_a, "op"_a = "sum", "algo"_a = "auto", nb::kw_only(), "out"_a.none() = nb::none(),
+      "group"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
+      "timeout"_a.none() = nb::none(),
+      nb::sig("def all_reduce(x: object, op: str = 'sum', algo: str = 'auto', *, "
+              "out: object = None, group: Group | None = None, stream: object = None, "
+              "timeout: float | datetime.timedelta | None = None) -> None"),
+      "Reduces x over the group (op: sum, avg, min, max; algo: auto, one_shot, two_shot), in "
+      "place, or into out when given. Every rank gets bitwise identical results.");
+
+  m.def(
+      "reduce_scatter",
+      [](nb::handle send, nb::handle recv, const std::string& op, nb::handle group,
+         nb::handle stream, nb::handle timeout) {
+        OpCall c("reduce_scatter", group, stream, timeout);
+        ReduceOp redop = parse_reduce_op(op, "op");
+        ArrayRef& s = c.add(send, "send", false);
+        ArrayRef& r = c.add(recv, "recv", true);
+        DType t = c.dtype(s, "send");
+        c.same_dtype(s, "send", r, "recv");
+        const Group& g = c.group();
+        if (s.numel != r.numel * static_cast<size_t>(g.world_size()))
+          c.bad("send", "has " + std::to_string(s.numel) + " elements; it needs world_size (" +
+                            std::to_string(g.world_size()) + ") x recv's " +
+                            std::to_string(r.numel));
+        nb::gil_scoped_release rel;
+        reduce_scatter(s.data, r.data, r.numel, t, redop, g, c.opts());
+      },
+      "send"_a, "recv"_a, "op"_a = "sum", nb::kw_only(), "group"_a.none() = nb::none(),
+      "stream"_a.none() = nb::none(), "timeout"_a.none() = nb::none(),
+      nb::sig("def reduce_scatter(send: object, recv: object, op: str = 'sum', *, "
+              "group: Group | None = None, stream: object = None, "
+              "timeout: float | datetime.timedelta | None = None) -> None"),
+      "send holds world_size blocks of recv.size elements; rank r receives the reduction of "
+      "block r.");
+
+  m.def(
+      "all_gather",
+      [](nb::handle send, nb::handle recv, nb::handle group, nb::handle stream,
+         nb::handle timeout) {
+        OpCall c("all_gather", group, stream, timeout);
+        ArrayRef& s = c.add(send, "send", false);
+        ArrayRef& r = c.add(recv, "recv", true);
+        DType t = c.dtype(s, "send");
+        c.same_dtype(s, "send", r, "recv");
+        const Group& g = c.group();
+        if (r.numel != s.numel * static_cast<size_t>(g.world_size()))
+          c.bad("recv", "has " + std::to_string(r.numel) + " elements; it needs world_size (" +
+                            std::to_string(g.world_size()) + ") x send's " +
+                            std::to_string(s.numel));
+        nb::gil_scoped_release rel;
+        all_gather(s.data, r.data, s.numel, t, g, c.opts());
+      },
+      "send"_a, "recv"_a, nb::kw_only(), "group"_a.none() = nb::none(),
+      "stream"_a.none() = nb::none(), "timeout"_a.none() = nb::none(),
+      nb::sig("def all_gather(send: object, recv: object, *, group: Group | None = None, "
+              "stream: object = None, timeout: float | datetime.timedelta | None = None) -> None"),
+      "recv holds world_size blocks of send.size elements; block r is rank r's send.");
+
+  m.def(
+      "all_to_all",
+      [](nb::handle send, nb::handle recv, nb::handle group, nb::handle stream,
+         nb::handle timeout) {
+        OpCall c("all_to_all", group, stream, timeout);
+        ArrayRef& s = c.add(send, "send", false);
+        ArrayRef& r = c.add(recv, "recv", true);
+        DType t = c.dtype(s, "send");
+        c.same_dtype(s, "send", r, "recv");
+        const Group& g = c.group();
+        auto w = static_cast<size_t>(g.world_size());
+        if (s.numel % w != 0)
+          c.bad("send", "has " + std::to_string(s.numel) +
+                            " elements, not a multiple of world_size (" + std::to_string(w) + ")");
+        if (r.numel != s.numel)
+          c.bad("recv", "has " + std::to_string(r.numel) + " elements but 'send' has " +
+                            std::to_string(s.numel));
+        nb::gil_scoped_release rel;
+        all_to_all(s.data, r.data, s.numel / w, t, g, c.opts());
+      },
+      "send"_a, "recv"_a, nb::kw_only(), "group"_a.none() = nb::none(),
+      "stream"_a.none() = nb::none(), "timeout"_a.none() = nb::none(),
+      nb::sig("def all_to_all(send: object, recv: object, *, group: Group | None = None, "
+              "stream: object = None, timeout: float | datetime.timedelta | None = None) -> None"),
+      "Block p of send (send.size / world_size elements) goes to peer p and lands at block r "
+      "(this rank) of its recv.");
+
+  m.def(
+      "all_to_all_v",
+      [](nb::handle send, nb::handle send_counts, nb::handle recv, nb::handle recv_counts,
+         nb::handle recv_offsets, bool recv_counts_known, nb::handle group, nb::handle stream,
+         nb::handle timeout) {
+        OpCall c("all_to_all_v", group, stream, timeout);
+        ArrayRef& s = c.add(send, "send", false);
+        ArrayRef& sc = c.add(send_counts, "send_counts", false);
+        ArrayRef& r = c.add(recv, "recv", true);
+        ArrayRef& rc = c.add(recv_counts, "recv_counts", !recv_counts_known);
+        ArrayRef& ro = c.add(recv_offsets, "recv_offsets", true);
+        DType t = c.dtype(s, "send");
+        c.same_dtype(s, "send", r, "recv");
+        const Group& g = c.group();
+        auto w = static_cast<size_t>(g.world_size());
+        for (auto [ref, name] : {std::pair<ArrayRef*, const char*>{&sc, "send_counts"},
+                                 {&rc, "recv_counts"},
+                                 {&ro, "recv_offsets"}}) {
+          if (ref->dtype.code != dl::kInt || ref->dtype.bits != 64)
+            c.bad(name, "has dtype " + dtype_name(ref->dtype) + "; counts and offsets are int64");
+          if (ref->numel != w)
+            c.bad(name, "has " + std::to_string(ref->numel) + " elements; it needs world_size (" +
+                            std::to_string(w) + ")");
+        }
+        if (!c.opts().device->is_cuda()) {  // host memory: check the counts here
+          auto check_sum = [&](const ArrayRef& counts, const char* name, size_t limit,
+                               const char* of) {
+            const auto* p = static_cast<const int64_t*>(counts.data);
+            int64_t sum = 0;
+            for (size_t i = 0; i < w; ++i) {
+              if (p[i] < 0)
+                c.bad(name, "[" + std::to_string(i) + "] = " + std::to_string(p[i]) +
+                                " is negative");
+              sum += p[i];
+            }
+            if (static_cast<size_t>(sum) > limit)
+              c.bad(name, "sums to " + std::to_string(sum) + " elements but '" + of +
+                              "' holds " + std::to_string(limit));
+          };
+          check_sum(sc, "send_counts", s.numel, "send");
+          if (recv_counts_known) check_sum(rc, "recv_counts", r.numel, "recv");
+        }
+        AllToAllVOptions o;
+        static_cast<OpOptions&>(o) = c.opts();
+        o.recv_counts_known = recv_counts_known;
+        nb::gil_scoped_release rel;
+        all_to_all_v(s.data, static_cast<const int64_t*>(sc.data), r.data,
+                     static_cast<int64_t*>(rc.data), static_cast<int64_t*>(ro.data), r.numel, t,
+                     g, o);
+      },
+      "send"_a, "send_counts"_a, "recv"_a, "recv_counts"_a, "recv_offsets"_a, nb::kw_only(),
+      "recv_counts_known"_a = false, "group"_a.none() = nb::none(),
+      "stream"_a.none() = nb::none(), "timeout"_a.none() = nb::none(),
+      nb::sig("def all_to_all_v(send: object, send_counts: object, recv: object, "
+              "recv_counts: object, recv_offsets: object, *, recv_counts_known: bool = False, "
+              "group: Group | None = None, stream: object = None, "
+              "timeout: float | datetime.timedelta | None = None) -> None"),
+      "send_counts[p] elements of send (packed in peer order) go to peer p. Counts/offsets are "
+      "int64 arrays of world_size on the data's device. MoE style (default): recv_counts and "
+      "recv_offsets are outputs; recv.size is the capacity. recv_counts_known=True: recv_counts "
+      "is an input checked against the senders.");
+
+  m.def(
+      "broadcast",
+      [](nb::handle x, int root, nb::handle out, nb::handle group, nb::handle stream,
+         nb::handle timeout) {
+        OpCall c("broadcast", group, stream, timeout);
+        ArrayRef& s = c.add(x, "x", out.is_none());
+        ArrayRef* r = &s;
+        DType t = c.dtype(s, "x");
+        if (!out.is_none()) {
+          r = &c.add(out, "out", true);
+          c.same_dtype(s, "x", *r, "out");
+          if (r->numel != s.numel)
+            c.bad("out", "has " + std::to_string(r->numel) + " elements but 'x' has " +
+                             std::to_string(s.numel));
+        }
+        const Group& g = c.group();
+        nb::gil_scoped_release rel;
+        broadcast(s.data, r->data, s.numel, t, root, g, c.opts());
+      },
+      "x"_a, "root"_a = 0, nb::kw_only(), "out"_a.none() = nb::none(),
+      "group"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
+      "timeout"_a.none() = nb::none(),
+      nb::sig("def broadcast(x: object, root: int = 0, *, out: object = None, "
+              "group: Group | None = None, stream: object = None, "
+              "timeout: float | datetime.timedelta | None = None) -> None"),
+      "root's x is copied into every rank's x (or out when given; x is read on root only).");
+
+  m.def(
+      "put",
+      [](nb::handle dst, nb::handle src, int peer, int64_t offset, bool signal, int channel,
+         nb::handle stream, nb::handle timeout) {
+        OpCall c("put", nb::none(), stream, timeout);
+        ArrayRef& d = c.add(dst, "dst", false);
+        ArrayRef& s = c.add(src, "src", false);
+        size_t base = 0;
+        SymmetricMemory mem = target_memory(c, d, "dst", &base);
+        size_t off = elements_offset(c, offset, d, "dst", s.nbytes());
+        P2POptions o;
+        static_cast<OpOptions&>(o) = c.opts();
+        o.signal = signal;
+        o.channel = channel;
+        size_t bytes = s.nbytes();
+        nb::gil_scoped_release rel;
+        put(mem, base + off, s.data, bytes, peer, o);
+      },
+      "dst"_a, "src"_a, "peer"_a, nb::kw_only(), "offset"_a = 0, "signal"_a = false,
+      "channel"_a = 0, "stream"_a.none() = nb::none(), "timeout"_a.none() = nb::none(),
+      nb::sig("def put(dst: object, src: object, peer: int, *, offset: int = 0, "
+              "signal: bool = False, channel: int = 0, stream: object = None, "
+              "timeout: float | datetime.timedelta | None = None) -> None"),
+      "Copies src into peer's copy of the symmetric array dst, at element `offset` of dst. "
+      "signal=True raises slot (channel, this rank) of peer's pad once the data is visible "
+      "(the peer consumes it with dst.wait_signal(this rank, channel)).");
+
+  m.def(
+      "get",
+      [](nb::handle src, nb::handle dst, int peer, int64_t offset, bool signal, int channel,
+         nb::handle stream, nb::handle timeout) {
+        OpCall c("get", nb::none(), stream, timeout);
+        ArrayRef& s = c.add(src, "src", false);
+        ArrayRef& d = c.add(dst, "dst", true);
+        size_t base = 0;
+        SymmetricMemory mem = target_memory(c, s, "src", &base);
+        size_t off = elements_offset(c, offset, s, "src", d.nbytes());
+        P2POptions o;
+        static_cast<OpOptions&>(o) = c.opts();
+        o.signal = signal;
+        o.channel = channel;
+        size_t bytes = d.nbytes();
+        nb::gil_scoped_release rel;
+        get(mem, base + off, d.data, bytes, peer, o);
+      },
+      "src"_a, "dst"_a, "peer"_a, nb::kw_only(), "offset"_a = 0, "signal"_a = false,
+      "channel"_a = 0, "stream"_a.none() = nb::none(), "timeout"_a.none() = nb::none(),
+      nb::sig("def get(src: object, dst: object, peer: int, *, offset: int = 0, "
+              "signal: bool = False, channel: int = 0, stream: object = None, "
+              "timeout: float | datetime.timedelta | None = None) -> None"),
+      "Copies dst.nbytes bytes from peer's copy of the symmetric array src (at element "
+      "`offset`) into dst.");
+
+  m.def(
+      "barrier",
+      [](nb::handle group, nb::handle device, nb::handle stream, nb::handle timeout) {
+        OpCall c("barrier", group, stream, timeout);
+        c.set_device(device);
+        const Group& g = c.group();
+        nb::gil_scoped_release rel;
+        barrier(g, c.opts());
+      },
+      nb::kw_only(), "group"_a.none() = nb::none(), "device"_a.none() = nb::none(),
+      "stream"_a.none() = nb::none(), "timeout"_a.none() = nb::none(),
+      nb::sig("def barrier(*, group: Group | None = None, device: object = None, "
+              "stream: object = None, timeout: float | datetime.timedelta | None = None) -> None"),
+      "Barrier over the group's workspace signal pads (device: that of the group's latest "
+      "allocation unless given).");
+}
+
+}  // namespace symmem::py

@@ -1,0 +1,202 @@
+"""Multi-rank tests, run on every rank under symmem-run (e.g. `symmem-run -n 2 -- python -m
+pytest test_mp.py`). Every rank runs the same tests in the same order."""
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import symmem
+
+if "SYMMEM_WORLD_SIZE" not in os.environ and "WORLD_SIZE" not in os.environ:
+    pytest.skip("not launched by symmem-run (no SYMMEM_WORLD_SIZE)", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def g():
+    g = symmem.Group.from_env()
+    if g.world_size < 2:
+        pytest.skip("needs at least 2 ranks")
+    return g
+
+
+def test_group(g):
+    assert symmem.default_group() is g or symmem.default_group().name == g.name
+    assert 0 <= g.rank < g.world_size and g.global_ranks == list(range(g.world_size))
+    assert g.local_world_size == g.world_size and g.single_host
+
+
+def test_acceptance(g):
+    b = symmem.empty((1024,), dtype="float32", group=g)
+    np.from_dlpack(b)[:] = g.rank + 1
+    symmem.all_reduce(b, op="sum")
+    n = g.world_size
+    assert (np.from_dlpack(b) == n * (n + 1) / 2).all()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int32", "int64"])
+@pytest.mark.parametrize("op", ["sum", "avg", "min", "max"])
+def test_all_reduce(g, dtype, op):
+    n, r = g.world_size, g.rank
+    if op == "avg" and dtype.startswith("int"):
+        pytest.skip("avg of integers is not defined here")
+    b = symmem.empty((333,), dtype=dtype, group=g)
+    vals = np.arange(333) % 7
+    np.from_dlpack(b)[:] = vals + r
+    symmem.all_reduce(b, op=op)
+    per_rank = [vals + k for k in range(n)]
+    want = {"sum": sum(per_rank), "avg": sum(per_rank) / n, "min": per_rank[0],
+            "max": per_rank[-1]}[op]
+    np.testing.assert_allclose(np.from_dlpack(b).astype(np.float64), want, rtol=1e-3)
+
+
+@pytest.mark.parametrize("algo", ["one_shot", "two_shot"])
+def test_all_reduce_algos_and_foreign(g, algo):
+    n, r = g.world_size, g.rank
+    b = symmem.empty((4096,), dtype="float32", group=g)
+    np.from_dlpack(b)[:] = r
+    symmem.all_reduce(b, algo=algo)
+    assert (np.from_dlpack(b) == n * (n - 1) / 2).all()
+    x = np.full(1000, r + 1, dtype=np.float32)  # ordinary memory
+    symmem.all_reduce(x, algo=algo)
+    assert (x == n * (n + 1) / 2).all()
+    out = np.zeros_like(x)
+    symmem.all_reduce(x, op="max", out=out)
+    assert (out == n * (n + 1) / 2).all()
+
+
+def test_bitwise_identical(g):
+    x = np.random.default_rng(g.rank).standard_normal(10000).astype(np.float32)
+    symmem.all_reduce(x)
+    gathered = np.zeros(10000 * g.world_size, dtype=np.float32)
+    symmem.all_gather(x, gathered)
+    for k in range(g.world_size):
+        assert gathered[k * 10000:(k + 1) * 10000].tobytes() == x.tobytes()
+
+
+def test_reduce_scatter(g):
+    n, r = g.world_size, g.rank
+    send = symmem.empty((n * 50,), dtype="float32", group=g)
+    np.from_dlpack(send)[:] = np.repeat(np.arange(n), 50) * 10 + r
+    recv = np.zeros(50, dtype=np.float32)
+    symmem.reduce_scatter(send, recv, op="sum")
+    assert (recv == n * r * 10 + n * (n - 1) / 2).all()
+
+
+def test_all_gather(g):
+    n, r = g.world_size, g.rank
+    send = np.full(17, r, dtype=np.int64)
+    recv = symmem.empty((n, 17), dtype="int64", group=g)
+    symmem.all_gather(send, recv)
+    assert (np.from_dlpack(recv) == np.arange(n)[:, None]).all()
+
+
+def test_all_to_all(g):
+    n, r = g.world_size, g.rank
+    send = np.array([r * 100 + p for p in range(n) for _ in range(3)], dtype=np.int32)
+    recv = np.zeros_like(send)
+    symmem.all_to_all(send, recv)
+    assert list(recv) == [p * 100 + r for p in range(n) for _ in range(3)]
+
+
+def test_all_to_all_v(g):
+    n, r = g.world_size, g.rank
+    # rank r sends p + r + 1 elements of value r * 100 + p to peer p
+    counts = np.array([p + r + 1 for p in range(n)], dtype=np.int64)
+    send = np.concatenate([np.full(c, r * 100 + p, dtype=np.float32) for p, c in enumerate(counts)])
+    cap = sum(r + q + 1 for q in range(n)) + 5
+    recv = np.full(cap, -1, dtype=np.float32)
+    rc = np.zeros(n, dtype=np.int64)
+    ro = np.zeros(n, dtype=np.int64)
+    symmem.all_to_all_v(send, counts, recv, rc, ro)
+    assert list(rc) == [r + q + 1 for q in range(n)]
+    for q in range(n):
+        assert (recv[ro[q]:ro[q] + rc[q]] == q * 100 + r).all()
+    # MPI style: counts known; a disagreement is InvalidArgument
+    symmem.all_to_all_v(send, counts, recv, rc.copy(), ro, recv_counts_known=True)
+
+
+def test_broadcast(g):
+    n, r = g.world_size, g.rank
+    for root in range(n):
+        x = np.full(64, r, dtype=np.float64)
+        symmem.broadcast(x, root=root)
+        assert (x == root).all()
+
+
+def test_put_get_signals_and_peer_views(g):
+    n, r = g.world_size, g.rank
+    right, left = (r + 1) % n, (r - 1) % n
+    b = symmem.empty((16,), dtype="int32", group=g)
+    np.from_dlpack(b)[:] = -1
+    b.barrier()
+    symmem.put(b, np.full(8, r, dtype=np.int32), right, offset=8, signal=True, channel=1)
+    b.wait_signal(left, channel=1, timeout=30)
+    assert (np.from_dlpack(b)[8:] == left).all() and (np.from_dlpack(b)[:8] == -1).all()
+    got = np.zeros(8, dtype=np.int32)
+    symmem.get(b, got, right, offset=8)
+    assert (got == r).all()  # right's second half was written by this rank
+    # direct loads from a peer's buffer
+    np.from_dlpack(b)[:8] = r * 10
+    b.barrier()
+    for p in range(n):
+        view = b.peer(p)
+        assert view.buffer_rank == p and view.data_ptr() == b.ptr(p)
+        assert (np.from_dlpack(view)[:8] == p * 10).all()
+    b.barrier()
+    # direct store into the right neighbour, then a signal
+    np.from_dlpack(b.peer(right))[0] = 1000 + r
+    b.put_signal(right, channel=2)
+    b.wait_signal(left, channel=2, timeout=30)
+    assert np.from_dlpack(b)[0] == 1000 + left
+    pad = np.from_dlpack(b.signal_pad())
+    assert (pad[n:3 * n] == 0).all()  # channels 1 and 2 consumed (a peer may be in a barrier on 0)
+    b.barrier()
+
+
+def test_split(g):
+    n, r = g.world_size, g.rank
+    members = [0, n - 1]
+    if r in members:
+        sub = g.split(members)
+        assert sub.world_size == 2 and sub.global_rank(sub.rank) == r
+        b = symmem.empty((8,), dtype="float32", group=sub)
+        np.from_dlpack(b)[:] = r
+        symmem.all_reduce(b)
+        assert (np.from_dlpack(b) == n - 1).all()
+    else:
+        with pytest.raises(symmem.InvalidArgument):
+            g.split(members)
+    g.store_barrier()
+
+
+def test_gil_released_during_barrier(g):
+    ticks = [0]
+    stop = [False]
+
+    def run():
+        while not stop[0]:
+            time.sleep(0.001)
+            ticks[0] += 1
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    time.sleep(0.02)
+    symmem.barrier()
+    if g.rank != 0:
+        time.sleep(0.5)  # rank 0 waits in the barrier below for ~0.5 s
+    before = ticks[0]
+    symmem.barrier(timeout=30)
+    during = ticks[0] - before
+    stop[0] = True
+    t.join()
+    if g.rank == 0:
+        assert during >= 50, f"another thread ran only {during} ticks during a ~0.5 s barrier"
+
+
+def test_size_mismatch_is_invalid_argument(g):
+    with pytest.raises(symmem.InvalidArgument):
+        symmem.empty((10 + g.rank,), dtype="float32", group=g)
+    g.store_barrier()

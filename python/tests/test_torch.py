@@ -1,0 +1,104 @@
+"""symmem.torch in one process: DLPack with torch tensors, the custom ops (eager, fake and under
+torch.compile) and a group built from a torch.distributed process group. Skipped without torch."""
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+import numpy as np  # noqa: E402
+
+import symmem  # noqa: E402
+import symmem.torch as st  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def g():
+    return symmem.Group.create(symmem.HashStore(), 0, 1)
+
+
+def test_from_dlpack_zero_copy(g):
+    b = symmem.empty((64,), dtype="float32", group=g)
+    t = torch.from_dlpack(b)
+    assert t.data_ptr() == b.data_ptr() and t.dtype == torch.float32 and t.shape == (64,)
+    t.fill_(3)
+    assert (np.from_dlpack(b) == 3).all()
+    bf = symmem.empty((8,), dtype=torch.bfloat16, group=g)
+    assert torch.from_dlpack(bf).dtype == torch.bfloat16
+
+
+def test_torch_tensor_into_ops(g):
+    x = torch.arange(10, dtype=torch.float32)
+    symmem.all_reduce(x, group=g)
+    assert torch.equal(x, torch.arange(10, dtype=torch.float32))
+    t = torch.from_dlpack(symmem.empty((16,), dtype="int64", group=g))
+    t.copy_(torch.arange(16))
+    symmem.all_reduce(t)  # group found from the symmetric memory under the tensor
+    assert torch.equal(t, torch.arange(16))
+
+
+def test_custom_ops_registered_with_fakes(g):
+    for name in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "all_to_all_v",
+                 "broadcast", "put", "get"):
+        assert hasattr(torch.ops.symmem, name)
+    name = st.register_group(g)
+    x = torch.ones(8)
+    torch.library.opcheck(torch.ops.symmem.all_reduce.default, (x, "sum", "auto", name),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+def test_torch_compile_no_graph_break(g):
+    name = st.register_group(g)
+
+    def f(x):
+        y = x * 2
+        torch.ops.symmem.all_reduce(y, "sum", "auto", name)
+        return y + 1
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    x = torch.arange(8, dtype=torch.float32)
+    assert torch.equal(compiled(x), x * 2 + 1)
+    explain = torch._dynamo.explain(f)(x)
+    assert explain.graph_break_count == 0
+
+
+def test_helpers(g):
+    t = st.empty((4,), dtype=torch.float32, device="cpu", group=g)
+    t.fill_(2)
+    assert st.all_reduce(t, group=g) is t and torch.equal(t, torch.full((4,), 2.0))
+    recv = torch.zeros(4)
+    st.all_gather(t, recv, group=g)
+    assert torch.equal(recv, t)
+
+
+def test_group_from_process_group(tmp_path):
+    import torch.distributed as dist
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    store = dist.FileStore(str(tmp_path / "c10d"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        sg = st.group_from_process_group()
+        assert sg.rank == 0 and sg.world_size == 1
+        assert st.group_from_process_group() is sg
+        t = st.empty((8,), dtype=torch.float32, device="cpu", group=sg)
+        t.fill_(1)
+        st.all_reduce(t, group=sg)
+        assert torch.equal(t, torch.ones(8))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+def test_cuda_tensor_dlpack(g):
+    torch.zeros(1, device="cuda:0")  # a current CUDA context (see test_torch_mp.cuda_group)
+    try:
+        b = symmem.empty((32,), dtype="float32", device="cuda:0", group=g)
+    except (symmem.BackendUnavailable, symmem.Unsupported) as e:
+        pytest.skip(f"no GPU backend here: {e}")
+    t = torch.from_dlpack(b)
+    assert t.is_cuda and t.data_ptr() == b.data_ptr()
+    t.fill_(4)
+    symmem.all_reduce(t)
+    torch.cuda.synchronize()
+    assert torch.equal(t, torch.full((32,), 4.0, device="cuda"))

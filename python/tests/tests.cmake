@@ -1,0 +1,55 @@
+# Python tests (label python; multi-rank ones also mp), run with the package from the build tree.
+# pytest exits 77 when every test it ran was skipped (python/tests/conftest.py): ctest reports
+# those as skipped, never as passed.
+set(_py_env "PYTHONPATH=${CMAKE_CURRENT_BINARY_DIR}" "SYMMEM_TIMEOUT_MS=60000"
+            "PYTHONDONTWRITEBYTECODE=1")
+set(_pytest ${Python_EXECUTABLE} -m pytest -q -p no:cacheprovider -rs)
+set(_tdir ${CMAKE_CURRENT_SOURCE_DIR}/tests)
+
+function(symmem_py_test name)
+  cmake_parse_arguments(T "" "NP;TIMEOUT" "FILES;LABELS" ${ARGN})
+  set(files)
+  foreach(f IN LISTS T_FILES)
+    list(APPEND files ${_tdir}/${f})
+  endforeach()
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  if(T_NP)
+    if(NOT TARGET symmem-run)
+      message(STATUS "symmem: ${name} not registered: symmem-run is not built yet")
+      return()
+    endif()
+    add_test(NAME ${name}
+             COMMAND $<TARGET_FILE:symmem-run> -n ${T_NP} --timeout ${T_TIMEOUT} -- ${_pytest} ${files}
+             WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+    set(labels "python;mp;${T_LABELS}")
+  else()
+    add_test(NAME ${name} COMMAND ${_pytest} ${files} WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+    set(labels "python;${T_LABELS}")
+  endif()
+  set_tests_properties(${name} PROPERTIES LABELS "${labels}" TIMEOUT ${T_TIMEOUT}
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_py_env}")
+endfunction()
+
+symmem_py_test(python_single FILES test_single.py test_store.py)
+symmem_py_test(python_torch FILES test_torch.py)
+symmem_py_test(python_mp_2 NP 2 FILES test_mp.py)
+symmem_py_test(python_mp_3 NP 3 FILES test_mp.py)
+symmem_py_test(python_torch_mp_2 NP 2 FILES test_torch_mp.py LABELS gpu)
+
+# The committed stub must match the module (regenerate with python/gen_stub.sh).
+add_test(NAME python_stub
+         COMMAND bash ${_tdir}/check_stub.sh ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/_C.pyi.gen)
+set_tests_properties(python_stub PROPERTIES LABELS "python" TIMEOUT 120 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "PYTHON=${Python_EXECUTABLE}")
+
+# The CPU example runs as a test too.
+if(TARGET symmem-run)
+  add_test(NAME python_example_numpy
+           COMMAND $<TARGET_FILE:symmem-run> -n 3 --timeout 120 -- ${Python_EXECUTABLE}
+                   ${PROJECT_SOURCE_DIR}/examples/python/numpy_cpu.py)
+  set_tests_properties(python_example_numpy PROPERTIES LABELS "python;mp" TIMEOUT 120
+                       ENVIRONMENT "${_py_env}")
+endif()

@@ -1,0 +1,222 @@
+#!/usr/bin/env bash
+# GPU check: build with CUDA (sm_90), run every GPU test with 1, 2 and 4 ranks sharing the GPU
+# under an MPS daemon (and one rank per GPU where there are several), run the GPU benchmarks
+# that exist, write full logs to OUTDIR and print a short summary table last.
+#
+#   bash scripts/gpu-check.sh OUTDIR          (from the repository root, on the GPU machine)
+#
+# Rules of that machine (shared/GPU.md): NVLink multicast stays off, MPS is started here and
+# stopped at the end, nothing touches clocks/compute mode. Every step has a timeout and the
+# whole script keeps inside GPU_CHECK_BUDGET_S (default 540 s); a failing step does not stop
+# the others. Exit status: 0 when every step passed, 1 otherwise.
+# Knobs: GPU_CHECK_BUILD_DIR (default build-gpu), GPU_CHECK_BUDGET_S, GPU_CHECK_JOBS (16).
+set -u -o pipefail
+
+OUT=${1:?usage: bash scripts/gpu-check.sh OUTDIR}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+BUILD=${GPU_CHECK_BUILD_DIR:-$ROOT/build-gpu}
+BUDGET=${GPU_CHECK_BUDGET_S:-540}
+JOBS=${GPU_CHECK_JOBS:-16}
+T0=$(date +%s)
+
+export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+unset SYMMEM_ALLOW_SHARED_GPU
+[ -d /usr/local/cuda/bin ] && export PATH=/usr/local/cuda/bin:$PATH
+
+ROWS=()       # "step|status|seconds|detail"
+FAILED=0
+
+elapsed() { echo $(( $(date +%s) - T0 )); }
+remaining() { echo $(( BUDGET - $(elapsed) )); }
+
+# run_step NAME LIMIT_S CMD...: runs CMD with its output in $OUT/NAME.log, bounded by LIMIT_S and
+# by the remaining budget; records PASS / FAIL(rc) / TIMEOUT / NOTRUN.
+run_step() {
+  local name=$1 limit=$2
+  shift 2
+  local left
+  left=$(( $(remaining) - 10 ))
+  (( left < limit )) && limit=$left
+  if (( limit < 5 )); then
+    ROWS+=("$name|NOTRUN|0|no time left in the ${BUDGET}s budget")
+    FAILED=1
+    return 1
+  fi
+  local t0 rc status
+  t0=$(date +%s)
+  echo ">>> [$(elapsed)s] $name (limit ${limit}s): $*" | tee -a "$OUT/steps.log"
+  timeout --kill-after=10 "$limit" "$@" > "$OUT/$name.log" 2>&1
+  rc=$?
+  if (( rc == 0 )); then
+    status=PASS
+  elif (( rc == 124 || rc == 137 )); then
+    status=TIMEOUT
+    FAILED=1
+  else
+    status="FAIL(rc=$rc)"
+    FAILED=1
+  fi
+  ROWS+=("$name|$status|$(( $(date +%s) - t0 ))|${STEP_DETAIL:-}")
+  STEP_DETAIL=""
+  echo "<<< $name: $status" | tee -a "$OUT/steps.log"
+  return $rc
+}
+
+# ---- environment ---------------------------------------------------------------------------
+{
+  echo "date: $(date -u)"; echo "host: $(hostname)"; echo "root: $ROOT"; echo "build: $BUILD"
+  echo "--- nvidia-smi -L"; nvidia-smi -L 2>&1
+  echo "--- nvidia-smi"; nvidia-smi 2>&1
+  echo "--- nvcc --version"; nvcc --version 2>&1
+  echo "--- cmake --version"; cmake --version 2>&1 | head -1
+  echo "--- ninja --version"; ninja --version 2>&1
+  echo "--- nproc"; nproc
+  echo "--- python"; python3 -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
+  echo "--- git"; git -C "$ROOT" log --oneline -3 2>&1; git -C "$ROOT" status --short 2>&1 | head -20
+  echo "--- env"; env | grep -E '^(CUDA|NCCL|NVSHMEM|TORCH_SYMM|SYMMEM)' | sort
+} > "$OUT/env.log" 2>&1
+echo "== symmem gpu-check: $(date -u)"
+nvidia-smi -L 2>&1 | sed 's/^/   /'
+nvcc --version 2>&1 | tail -2 | sed 's/^/   /'
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+NGPU=${NGPU:-0}
+echo "   GPUs: $NGPU; logs: $OUT"
+
+# ---- configure and build ---------------------------------------------------------------------
+CMAKE_ARGS=(-S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
+            "-DCMAKE_CUDA_ARCHITECTURES=90-real;90-virtual" -DSYMMEM_WITH_CUDA=ON
+            -DSYMMEM_BUILD_TESTS=ON)
+if python3 -c 'import nvidia.nvshmem' > /dev/null 2>&1; then
+  echo "   NVSHMEM wheel: present (the nvshmem plugin is built if SymmemGpu.cmake finds it)"
+else
+  echo "   NVSHMEM wheel: absent"
+fi
+if [ ! -f /usr/local/cuda/include/nccl.h ] && [ -z "${NCCL_HOME:-}" ]; then
+  NCCL_WHEEL=$(python3 -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
+  if [ -n "$NCCL_WHEEL" ] && [ -f "$NCCL_WHEEL/include/nccl.h" ]; then
+    export NCCL_HOME=$NCCL_WHEEL
+    echo "   NCCL: from the wheel at $NCCL_HOME"
+  fi
+fi
+if [ -f "$ROOT/python/CMakeLists.txt" ] && python3 -c 'import nanobind' > /dev/null 2>&1; then
+  CMAKE_ARGS+=(-DSYMMEM_BUILD_PYTHON=ON)
+fi
+run_step configure 120 cmake "${CMAKE_ARGS[@]}"
+grep -E '^-- symmem' "$OUT/configure.log" | sed 's/^/   /'
+STEP_DETAIL="ninja -j$JOBS -k 0"
+run_step build 330 ninja -C "$BUILD" -j "$JOBS" -k 0
+grep -E 'FAILED|error' "$OUT/build.log" | head -10 | sed 's/^/   /'
+
+SYMMEM_RUN=$(find "$BUILD" -type f -name symmem-run -perm -u+x 2>/dev/null | head -1)
+SYMMEM_BENCH=$(find "$BUILD" -type f -name symmem-bench -perm -u+x 2>/dev/null | head -1)
+TEST_GPU_CUDA=$(find "$BUILD" -type f -name test_gpu_cuda -perm -u+x 2>/dev/null | head -1)
+EXAMPLE=$(find "$BUILD" -type f -name symmem_example_device_kernel -perm -u+x 2>/dev/null | head -1)
+
+# ---- MPS ---------------------------------------------------------------------------------------
+export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+MPS_UP=0
+stop_mps() {
+  if (( MPS_UP )); then
+    echo quit | timeout 15 nvidia-cuda-mps-control > /dev/null 2>&1
+    MPS_UP=0
+  fi
+}
+trap stop_mps EXIT
+echo quit | timeout 5 nvidia-cuda-mps-control > /dev/null 2>&1  # a daemon left by an earlier run
+sleep 1
+if STEP_DETAIL="nvidia-cuda-mps-control -d" run_step mps_start 20 nvidia-cuda-mps-control -d; then
+  MPS_UP=1
+  sleep 1
+else
+  echo "   MPS did not start: tests still run (correctness), timings mean nothing"
+fi
+
+# ---- GPU tests (ctest label gpu: 1, 2 and 4 ranks on the GPU) ----------------------------------
+ctest_rows() {  # per-test rows from a ctest log
+  local log=$1 prefix=$2
+  grep -E 'Test +#[0-9]+: ' "$log" | sed -E 's/^ *[0-9]+\/[0-9]+ +//' | while read -r line; do
+    local tname tstatus tsec
+    tname=$(echo "$line" | sed -E 's/^Test +#[0-9]+: ([^ ]+).*/\1/')
+    tstatus=$(echo "$line" | sed -E 's/.*(Passed|\*\*\*Failed|\*\*\*Skipped|\*\*\*Timeout|\*\*\*Not Run|\*\*\*Exception|Subprocess aborted|Not Run|Skipped|Failed).*/\1/' | tr -d '*')
+    tsec=$(echo "$line" | grep -oE '[0-9.]+ sec' | cut -d' ' -f1)
+    echo "$prefix$tname|$tstatus|${tsec:-?}|"
+  done
+}
+if [ -d "$BUILD" ]; then
+  (cd "$BUILD" && ctest -N -L gpu > "$OUT/ctest_list.log" 2>&1)
+  STEP_DETAIL="$(grep -oE 'Total Tests: [0-9]+' "$OUT/ctest_list.log")"
+  run_step ctest_gpu 300 bash -c "cd '$BUILD' && ctest -L gpu --output-on-failure -j1"
+  while IFS= read -r row; do [ -n "$row" ] && ROWS+=("$row"); done < <(ctest_rows "$OUT/ctest_gpu.log" "  ")
+fi
+
+# ---- one rank per GPU (only where there are several) ------------------------------------------
+if (( NGPU > 1 )) && [ -n "$SYMMEM_RUN" ] && [ -n "$TEST_GPU_CUDA" ]; then
+  STEP_DETAIL="$NGPU ranks, one per GPU, SYMMEM_BACKEND=cuda" \
+    run_step cuda_one_rank_per_gpu 180 env SYMMEM_BACKEND=cuda SYMMEM_TIMEOUT_MS=60000 \
+    "$SYMMEM_RUN" -n "$NGPU" -- "$TEST_GPU_CUDA"
+fi
+
+# ---- example -------------------------------------------------------------------------------------
+if [ -n "$SYMMEM_RUN" ] && [ -n "$EXAMPLE" ]; then
+  STEP_DETAIL="examples/device_kernel.cu, 2 ranks" \
+    run_step example_device_kernel 60 env SYMMEM_ALLOW_SHARED_GPU=1 SYMMEM_BACKEND=cuda \
+    SYMMEM_TIMEOUT_MS=30000 "$SYMMEM_RUN" -n 2 -- "$EXAMPLE"
+fi
+
+# ---- benchmarks ----------------------------------------------------------------------------------
+if [ -n "$SYMMEM_RUN" ] && [ -n "$SYMMEM_BENCH" ]; then
+  "$SYMMEM_BENCH" --help > "$OUT/bench_help.log" 2>&1
+  for np in 2 4; do
+    STEP_DETAIL="all_reduce bf16 4 KiB..64 MiB, $np ranks" \
+      run_step "bench_cuda_all_reduce_np$np" 90 env SYMMEM_ALLOW_SHARED_GPU=1 \
+      SYMMEM_TIMEOUT_MS=60000 "$SYMMEM_RUN" -n "$np" -- "$SYMMEM_BENCH" --backend cuda \
+      --op all_reduce --dtype bf16 -b 4096 -e 67108864 -f 4 --json "$OUT/bench_cuda_all_reduce_np$np.jsonl"
+  done
+  STEP_DETAIL="--op all (every op), bf16, 4 ranks, 4 KiB..4 MiB" \
+    run_step bench_cuda_all_ops 120 env SYMMEM_ALLOW_SHARED_GPU=1 SYMMEM_TIMEOUT_MS=30000 \
+    "$SYMMEM_RUN" -n 4 -- "$SYMMEM_BENCH" --backend cuda --op all --dtype bf16 \
+    -b 4096 -e 4194304 -f 4 --json "$OUT/bench_cuda_all_ops.jsonl"
+  if [ -n "$(find "$BUILD" -name 'libsymmem_nccl.so' 2>/dev/null | head -1)" ]; then
+    # NCCL refuses two ranks on one GPU: one rank per GPU.
+    NP_NCCL=$(( NGPU > 1 ? NGPU : 1 ))
+    STEP_DETAIL="all_reduce bf16, $NP_NCCL rank(s)" \
+      run_step bench_nccl_all_reduce 60 env SYMMEM_TIMEOUT_MS=30000 "$SYMMEM_RUN" -n "$NP_NCCL" \
+      -- "$SYMMEM_BENCH" --backend nccl --op all_reduce --dtype bf16 -b 4096 -e 16777216 -f 4
+  fi
+  if [ -n "$(find "$BUILD" -name 'libsymmem_nvshmem.so' 2>/dev/null | head -1)" ]; then
+    # Full MPG mode: MPS plus an active-thread percentage that sums to <= 100 (GPU.md).
+    STEP_DETAIL="all_reduce bf16, 2 PEs, MPS 50%" \
+      run_step bench_nvshmem_all_reduce 60 env SYMMEM_ALLOW_SHARED_GPU=1 \
+      CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo \
+      NVSHMEM_REMOTE_TRANSPORT=none SYMMEM_TIMEOUT_MS=30000 "$SYMMEM_RUN" -n 2 -- \
+      "$SYMMEM_BENCH" --backend nvshmem --op all_reduce --dtype bf16 -b 4096 -e 16777216 -f 4
+  fi
+else
+  ROWS+=("bench (symmem-bench)|absent|0|symmem-bench or symmem-run not built")
+fi
+if [ -f "$ROOT/bench/torch_compare.py" ]; then
+  STEP_DETAIL="bench/torch_compare.py (N=2,4, bf16, eager + graphs)" \
+    run_step torch_compare 200 env SYMMEM_BUILD_DIR="$BUILD" \
+    PYTHONPATH="$BUILD/python:$BUILD:$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" \
+    SYMMEM_PLUGIN_PATH="$(dirname "$(find "$BUILD" -name 'libsymmem.so' | head -1)")" \
+    python3 "$ROOT/bench/torch_compare.py"
+else
+  ROWS+=("torch_compare|absent|0|bench/torch_compare.py not in this tree")
+fi
+
+# ---- stop MPS, summary ---------------------------------------------------------------------------
+stop_mps
+{
+  echo
+  echo "== symmem gpu-check summary ($(elapsed)s of ${BUDGET}s budget, GPUs: $NGPU, logs: $OUT)"
+  printf '%-34s %-14s %7s  %s\n' STEP STATUS SECONDS DETAIL
+  for row in "${ROWS[@]}"; do
+    IFS='|' read -r a b c d <<< "$row"
+    printf '%-34s %-14s %7s  %s\n' "$a" "$b" "$c" "$d"
+  done
+  if (( FAILED )); then echo "RESULT: FAILED (see the logs above)"; else echo "RESULT: PASSED"; fi
+} | tee "$OUT/summary.txt"
+exit $FAILED

@@ -1,0 +1,31 @@
+// Loading the cuda plugin (one process; label unit, runs everywhere). Where there is no GPU or
+// driver the registry must report BackendUnavailable with the reason (the loader's or cuInit's
+// message); where there is a GPU the plugin loads and serves cuda devices.
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "symmem/backend.hpp"
+#include "test_util.hpp"
+
+namespace symmem::test {
+namespace {
+
+TEST(CudaPlugin, LoadsOrSaysWhy) {
+  std::string why;
+  if (have_gpu(&why)) {
+    auto b = get_backend("cuda");
+    ASSERT_NE(b, nullptr);
+    EXPECT_STREQ(b->name(), "cuda");
+    EXPECT_TRUE(b->supports(OpKind::barrier, DType::f32));
+    EXPECT_TRUE(b->supports(OpKind::all_reduce, DType::bf16));
+    EXPECT_FALSE(b->supports(OpKind::all_reduce, DType::f64));
+  } else {
+    expect_error([] { get_backend("cuda"); }, ErrorCode::BackendUnavailable,
+                 {"cuda", "libcuda.so.1"});
+  }
+}
+
+}  // namespace
+}  // namespace symmem::test

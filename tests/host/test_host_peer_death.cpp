@@ -1,0 +1,59 @@
+// A rank SIGKILLed in the middle of a host barrier (or of a signal ring): every surviving rank
+// must fail with PeerFailure or Timeout within the timeout plus a margin, and the dead-peer
+// detection should make that far quicker than the timeout. Prints each survivor's time to error.
+
+#include <map>
+#include <regex>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "run_util.hpp"
+
+using namespace symmem::test;
+
+namespace {
+
+void kill_during(int nranks, int victim, const std::string& mode) {
+  const int timeout_ms = 10000;
+  const int margin_ms = 3000;
+  auto r = run({"-n", std::to_string(nranks), "--fail-grace", "30", "--timeout", "90", "--",
+                SYMMEM_HOST_KILL_WORKER, std::to_string(victim), mode},
+               120, nullptr, {"SYMMEM_TIMEOUT_MS=" + std::to_string(timeout_ms)});
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(contains(r.err, "rank " + std::to_string(victim) + " killed by signal 9")) << r.err;
+  std::regex re(R"(\[(\d+)\] RESULT rank=(\d+) code=(\w+) ms=(\d+) what=(.*))");
+  std::map<int, std::smatch> results;
+  auto out = lines(r.out);
+  for (const auto& l : out) {
+    std::smatch m;
+    if (std::regex_match(l, m, re)) results[std::stoi(m[1])] = m;
+  }
+  int name_victim = 0;
+  for (int rank = 0; rank < nranks; ++rank) {
+    if (rank == victim) continue;
+    ASSERT_EQ(results.count(rank), 1u) << "rank " << rank << " reported nothing:\n"
+                                       << r.out << r.err;
+    const auto& m = results[rank];
+    std::string code = m[3], what = m[5];
+    int ms = std::stoi(m[4]);
+    std::printf("%s np=%d victim=%d: rank %d %s after %d ms: %s\n", mode.c_str(), nranks, victim,
+                rank, code.c_str(), ms, what.c_str());
+    EXPECT_TRUE(code == "PeerFailure" || code == "Timeout") << "rank " << rank << ": " << what;
+    EXPECT_LE(ms, timeout_ms + margin_ms) << "rank " << rank << ": " << what;
+    name_victim += contains(what, "rank " + std::to_string(victim) + " ");
+  }
+  EXPECT_GE(name_victim, 1) << "no survivor named the dead rank " << victim << "\n" << r.out;
+}
+
+}  // namespace
+
+TEST(HostPeerDeath, KilledDuringBarrier4) {
+  kill_during(4, 2, "barrier");
+}
+TEST(HostPeerDeath, KilledDuringBarrier8) {
+  kill_during(8, 5, "barrier");
+}
+TEST(HostPeerDeath, KilledDuringSignalRing) {
+  kill_during(4, 0, "signal");
+}
