@@ -40,5 +40,16 @@ symmem_py_test(python_torch_mp_2 NP 2 FILES test_torch_mp.py LABELS gpu)
 
 # The committed stub must match the module (regenerate with python/gen_stub.sh).
 add_test(NAME python_stub
-         COMMAND bash -c "bash '${CMAKE_CURRENT_SOURCE_DIR}/gen_stub.sh' '${PROJECT_BINARY_DIR}' '${CMAKE_CURRENT_BINARY_DIR}/_C.pyi.gen' && diff -u '${CMAKE_CURRENT_SOURCE_DIR}/symmem/_C.pyi' '${CMAKE_CURRENT_BINARY_DIR}/_C.pyi.gen' || { echo 'python/symmem/_C.pyi is stale: run bash python/gen_stub.sh ${PROJECT_BINARY_DIR}'; exit 1; }")
-set_tests_properties(python_stub PROPERTIES LABELS "python" TIMEOUT 120)
+         COMMAND bash ${_tdir}/check_stub.sh ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/_C.pyi.gen)
+set_tests_properties(python_stub PROPERTIES LABELS "python" TIMEOUT 120 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "PYTHON=${Python_EXECUTABLE}")
+
+# The CPU example runs as a test too.
+if(TARGET symmem-run)
+  add_test(NAME python_example_numpy
+           COMMAND $<TARGET_FILE:symmem-run> -n 3 --timeout 120 -- ${Python_EXECUTABLE}
+                   ${PROJECT_SOURCE_DIR}/examples/python/numpy_cpu.py)
+  set_tests_properties(python_example_numpy PROPERTIES LABELS "python;mp" TIMEOUT 120
+                       ENVIRONMENT "${_py_env}")
+endif()
