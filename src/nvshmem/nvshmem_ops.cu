@@ -30,6 +30,7 @@
 #include "core/log.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/cuda_ops.hpp"
+#include "cuda/kernels/kernels.hpp"
 #include "cuda/peer_tables.hpp"
 #include "cuda/timeout_record.hpp"
 #include "nvshmem/nvshmem_backend.hpp"
@@ -235,6 +236,23 @@ void check_launch(const char* op, int rank) {
   if (e != cudaSuccess) cuda::throw_cudart_error(op, rank, "kernel launch", e, SYMMEM_WHERE);
 }
 
+// The group workspace's staging area: the cuda backend's kernels keep control words, flags and
+// LL buffers before data_offset (NOTE [workspace layout]); the nvshmem ops stage after it.
+struct Staging {
+  SymmetricMemory ws;
+  NvshmemMemory* mem = nullptr;
+  char* base = nullptr;  // symmetric address (this PE) of the staging area
+};
+
+Staging staging(const OpArgs& a, size_t bytes, const char* op) {
+  const size_t off = cuda::kernels::ws_layout(a.group->world_size()).data_offset;
+  Staging st;
+  st.ws = a.workspace(off + bytes);
+  st.mem = &nv_memory(st.ws, op, a.group->rank());
+  st.base = sym_addr(st.ws, *st.mem) + off;
+  return st;
+}
+
 void barrier_on(const SymmetricMemory& ws, NvshmemMemory& mem, const OpArgs& a, const char* op) {
   NvSync s = mem.nv_sync(0, mem.bytes(), a.timeout);
   launch_barrier(s, kOpChannel, static_cast<cudaStream_t>(a.stream), op);
@@ -332,9 +350,10 @@ void NvshmemBackend::run_broadcast(const OpArgs& a) {
   auto stream = static_cast<cudaStream_t>(a.stream);
   // [src | dst]
   const size_t half = align_up(bytes, 256);
-  SymmetricMemory ws = a.workspace(2 * half);
-  auto& mem = nv_memory(ws, op, rank);
-  char* src = sym_addr(ws, mem);
+  Staging st = staging(a, 2 * half, op);
+  const SymmetricMemory& ws = st.ws;
+  auto& mem = *st.mem;
+  char* src = st.base;
   char* dst = src + half;
   if (rank == a.root) copy_async(src, a.send, bytes, stream, op, rank);
   barrier_on(ws, mem, a, op);
@@ -356,9 +375,10 @@ void NvshmemBackend::run_all_to_all(const OpArgs& a) {
   if (block == 0) return;
   auto stream = static_cast<cudaStream_t>(a.stream);
   const size_t half = align_up(block * world, 256);
-  SymmetricMemory ws = a.workspace(2 * half);
-  auto& mem = nv_memory(ws, op, rank);
-  char* src = sym_addr(ws, mem);
+  Staging st = staging(a, 2 * half, op);
+  const SymmetricMemory& ws = st.ws;
+  auto& mem = *st.mem;
+  char* src = st.base;
   char* dst = src + half;
   copy_async(src, a.send, block * world, stream, op, rank);
   barrier_on(ws, mem, a, op);
@@ -380,9 +400,10 @@ void NvshmemBackend::run_all_to_all_v(const OpArgs& a) {
   const size_t row_bytes = align_up(sizeof(int64_t) * world, 256);
   const size_t matrix_bytes = align_up(sizeof(int64_t) * world * world, 256);
   const size_t area = align_up(a.recv_capacity * esize, 256);
-  SymmetricMemory ws = a.workspace(row_bytes + matrix_bytes + 2 * area);
-  auto& mem = nv_memory(ws, op, rank);
-  char* base = sym_addr(ws, mem);
+  Staging st = staging(a, row_bytes + matrix_bytes + 2 * area, op);
+  const SymmetricMemory& ws = st.ws;
+  auto& mem = *st.mem;
+  char* base = st.base;
   auto* my_row = reinterpret_cast<int64_t*>(base);
   auto* matrix = reinterpret_cast<int64_t*>(base + row_bytes);
   char* src_area = base + row_bytes + matrix_bytes;
@@ -468,9 +489,8 @@ void NvshmemBackend::run_team_collective(const OpArgs& a) {
   if (a.kind == OpKind::reduce_scatter) n_in = n_out = a.count * world;
   if (a.kind == OpKind::all_gather) n_out = a.count * world;
   const size_t in_bytes = align_up(n_in * esize, 256);
-  SymmetricMemory ws = a.workspace(in_bytes + n_out * esize);
-  auto& mem = nv_memory(ws, op, rank);
-  char* src = sym_addr(ws, mem);
+  Staging st = staging(a, in_bytes + n_out * esize, op);
+  char* src = st.base;
   char* dst = src + in_bytes;
   copy_async(src, a.send, n_in * esize, stream, op, rank);
   int status = 0;
