@@ -45,7 +45,9 @@ constexpr int kThreads = 512;
 constexpr size_t kChunk = 1 << 20;  // bytes one block moves per transfer
 constexpr int kOpChannel = 0;       // the workspace pad channel the ops synchronise on
 
-size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+size_t align_up(size_t n, size_t a) {
+  return (n + a - 1) / a * a;
+}
 
 // ---- device error record of all_to_all_v ----------------------------------------------------
 // [0] flag (0 ok / 1 set), [1] kind (1 capacity, 2 count mismatch), [2] peer, [3] value,
@@ -98,8 +100,7 @@ __global__ void bcast_kernel(char* dst, const char* src, size_t bytes, const int
 }
 
 // all_to_all: block y serves peer y: src block y -> peer y's dst block `me`.
-__global__ void a2a_kernel(char* dst, const char* src, size_t block_bytes, const int* pes,
-                           int me) {
+__global__ void a2a_kernel(char* dst, const char* src, size_t block_bytes, const int* pes, int me) {
   const int p = blockIdx.y;
   for (size_t off = static_cast<size_t>(blockIdx.x) * kChunk; off < block_bytes;
        off += static_cast<size_t>(gridDim.x) * kChunk) {
@@ -139,14 +140,14 @@ __global__ void a2av_stage_kernel(const int64_t* send_counts, int world, const c
 __global__ void a2av_counts_kernel(int64_t* matrix, const int64_t* my_row, int world,
                                    const int* pes, int me) {
   const int p = blockIdx.x;
-  nvshmemx_putmem_block(matrix + static_cast<size_t>(me) * world, my_row,
-                        sizeof(int64_t) * world, pes[p]);
+  nvshmemx_putmem_block(matrix + static_cast<size_t>(me) * world, my_row, sizeof(int64_t) * world,
+                        pes[p]);
 }
 
 // Data: block y serves peer y. Offset in peer p's receive area: sum_{q<me} M[q][p].
 __global__ void a2av_data_kernel(const int64_t* matrix, int world, const char* src_area,
-                                 char* dst_area, size_t recv_capacity, size_t esize,
-                                 const int* pes, int me) {
+                                 char* dst_area, size_t recv_capacity, size_t esize, const int* pes,
+                                 int me) {
   const int p = blockIdx.y;
   long long send_off = 0, dst_off = 0, total_at_p = 0;
   for (int q = 0; q < p; ++q) send_off += matrix[static_cast<size_t>(me) * world + q];
@@ -221,8 +222,7 @@ unsigned grid_for(size_t bytes, unsigned max_blocks = 32) {
 NvshmemMemory& nv_memory(const SymmetricMemory& m, const char* op, int rank) {
   auto* mem = dynamic_cast<NvshmemMemory*>(m.backend_memory().get());
   SYMMEM_CHECK(op, rank, mem != nullptr, ErrorCode::InvalidArgument,
-               "the symmetric buffer belongs to the '" << m.backend()
-                                                       << "' backend, not nvshmem");
+               "the symmetric buffer belongs to the '" << m.backend() << "' backend, not nvshmem");
   return *mem;
 }
 
@@ -262,8 +262,7 @@ void barrier_on(const SymmetricMemory& ws, NvshmemMemory& mem, const OpArgs& a, 
 void copy_async(void* dst, const void* src, size_t bytes, cudaStream_t stream, const char* op,
                 int rank) {
   if (bytes == 0 || dst == src) return;
-  SYMMEM_CUDART_CHECK(op, rank,
-                      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+  SYMMEM_CUDART_CHECK(op, rank, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
 }
 
 }  // namespace
@@ -499,16 +498,14 @@ void NvshmemBackend::run_team_collective(const OpArgs& a) {
   } else {
     const bool sum = a.redop == ReduceOp::sum || a.redop == ReduceOp::avg;
     const bool mx = a.redop == ReduceOp::max;
-#define SYMMEM_NV_REDUCE(NAME, T)                                                              \
-  status = sum ? nvshmemx_##NAME##_sum_reduce_on_stream(team, reinterpret_cast<T*>(dst),        \
-                                                        reinterpret_cast<const T*>(src), n_in,  \
-                                                        stream)                                 \
-         : mx  ? nvshmemx_##NAME##_max_reduce_on_stream(team, reinterpret_cast<T*>(dst),        \
-                                                        reinterpret_cast<const T*>(src), n_in,  \
-                                                        stream)                                 \
-               : nvshmemx_##NAME##_min_reduce_on_stream(team, reinterpret_cast<T*>(dst),        \
-                                                        reinterpret_cast<const T*>(src), n_in,  \
-                                                        stream)
+#define SYMMEM_NV_REDUCE(NAME, T)                                                                  \
+  status =                                                                                         \
+      sum  ? nvshmemx_##NAME##_sum_reduce_on_stream(team, reinterpret_cast<T*>(dst),               \
+                                                    reinterpret_cast<const T*>(src), n_in, stream) \
+      : mx ? nvshmemx_##NAME##_max_reduce_on_stream(team, reinterpret_cast<T*>(dst),               \
+                                                    reinterpret_cast<const T*>(src), n_in, stream) \
+           : nvshmemx_##NAME##_min_reduce_on_stream(team, reinterpret_cast<T*>(dst),               \
+                                                    reinterpret_cast<const T*>(src), n_in, stream)
     switch (a.dtype) {
       case DType::f32:
         SYMMEM_NV_REDUCE(float, float);
@@ -528,8 +525,10 @@ void NvshmemBackend::run_team_collective(const OpArgs& a) {
     if (status == 0 && a.redop == ReduceOp::avg) {
       const float f = 1.0f / static_cast<float>(world);
       const unsigned g = static_cast<unsigned>(std::min<size_t>((n_in + 255) / 256, 1024));
-      if (a.dtype == DType::f32) scale_kernel<<<g, 256, 0, stream>>>(reinterpret_cast<float*>(dst), n_in, f);
-      if (a.dtype == DType::f16) scale_kernel<<<g, 256, 0, stream>>>(reinterpret_cast<half*>(dst), n_in, f);
+      if (a.dtype == DType::f32)
+        scale_kernel<<<g, 256, 0, stream>>>(reinterpret_cast<float*>(dst), n_in, f);
+      if (a.dtype == DType::f16)
+        scale_kernel<<<g, 256, 0, stream>>>(reinterpret_cast<half*>(dst), n_in, f);
       if (a.dtype == DType::bf16) {
         scale_kernel<<<g, 256, 0, stream>>>(reinterpret_cast<__nv_bfloat16*>(dst), n_in, f);
       }
@@ -538,8 +537,9 @@ void NvshmemBackend::run_team_collective(const OpArgs& a) {
   }
   SYMMEM_CHECK(op, rank, status == 0, ErrorCode::Internal,
                "nvshmem backend: the NVSHMEM team collective failed (status "
-                   << status << "); with several PEs on one GPU NVSHMEM needs MPS with "
-                                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE set");
+                   << status
+                   << "); with several PEs on one GPU NVSHMEM needs MPS with "
+                      "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE set");
   const size_t out_off = a.kind == OpKind::reduce_scatter ? rank * a.count * esize : 0;
   const size_t out_n = a.kind == OpKind::reduce_scatter ? a.count : n_out;
   copy_async(a.recv, dst + out_off, out_n * esize, stream, op, rank);
