@@ -101,6 +101,13 @@ class SYMMEM_API Backend {
   virtual std::shared_ptr<BackendMemory> allocate(const Group& group,
                                                   const RendezvousInfo& info) = 0;
   virtual void run(const OpArgs& args) = 0;
+  // Backend-specific entry points reached through the registry without linking the backend's
+  // dependency (e.g. "use_nccl_comm" of include/symmem/nccl.hpp): a function pointer cast to
+  // void*, or nullptr when this backend has no entry point of that name.
+  virtual void* extension(const std::string& name) {
+    (void)name;
+    return nullptr;
+  }
 };
 
 // Registry. get_backend() loads a plugin on first use (from SYMMEM_PLUGIN_PATH, then the

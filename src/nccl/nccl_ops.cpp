@@ -1,0 +1,117 @@
+// Ops of the nccl backend. When every rank of the group is in this rank's LSA team, the buffers'
+// LSA pointers are in the DeviceHandle tables and the cuda backend's peer-pointer kernels run
+// unchanged (cuda_run_op). Otherwise the dense collectives go through NCCL's own collectives
+// (which reach other hosts); ops that need load/store access to peers (put/get, all_to_all_v
+// with device-side counts) are Unsupported there.
+
+#include "core/log.hpp"
+#include "cuda/cuda_ops.hpp"
+#include "nccl/nccl_backend.hpp"
+#include "nccl/nccl_memory.hpp"
+#include "nccl/nccl_util.hpp"
+
+namespace symmem::nccl {
+namespace {
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::f32:
+      return ncclFloat32;
+    case DType::f64:
+      return ncclFloat64;
+    case DType::f16:
+      return ncclFloat16;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::i32:
+      return ncclInt32;
+    case DType::i64:
+      return ncclInt64;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+      return ncclSum;
+    case ReduceOp::avg:
+      return ncclAvg;
+    case ReduceOp::min:
+      return ncclMin;
+    case ReduceOp::max:
+      return ncclMax;
+  }
+  return ncclSum;
+}
+
+}  // namespace
+
+void NcclBackend::run(const OpArgs& args) {
+  SYMMEM_INTERNAL_CHECK(args.group != nullptr);
+  const Group& group = *args.group;
+  auto comm = comm_for(group, args.device.index, to_string(args.kind));
+  if (comm->all_lsa) {
+    cuda_run_op(args);
+    return;
+  }
+  run_nccl_fallback(args, *comm);
+}
+
+void NcclBackend::run_nccl_fallback(const OpArgs& a, Comm& c) {
+  const char* op = to_string(a.kind);
+  const int rank = c.rank;
+  auto stream = static_cast<cudaStream_t>(a.stream);
+  const ncclDataType_t type = nccl_type(a.dtype);
+  const size_t esize = dtype_size(a.dtype);
+  SYMMEM_LOG(TRACE, COLL) << "nccl: " << op << " through NCCL collectives (peers outside the "
+                          << "LSA team of " << c.lsa.n_ranks << ")";
+  switch (a.kind) {
+    case OpKind::all_reduce:
+      SYMMEM_NCCL_CHECK(
+          op, rank, c.comm,
+          ncclAllReduce(a.send, a.recv, a.count, type, nccl_op(a.redop), c.comm, stream));
+      return;
+    case OpKind::reduce_scatter:
+      SYMMEM_NCCL_CHECK(
+          op, rank, c.comm,
+          ncclReduceScatter(a.send, a.recv, a.count, type, nccl_op(a.redop), c.comm, stream));
+      return;
+    case OpKind::all_gather:
+      SYMMEM_NCCL_CHECK(op, rank, c.comm,
+                        ncclAllGather(a.send, a.recv, a.count, type, c.comm, stream));
+      return;
+    case OpKind::broadcast:
+      SYMMEM_NCCL_CHECK(op, rank, c.comm,
+                        ncclBroadcast(a.send, a.recv, a.count, type, a.root, c.comm, stream));
+      return;
+    case OpKind::all_to_all: {
+      SYMMEM_NCCL_CHECK(op, rank, c.comm, ncclGroupStart());
+      for (int p = 0; p < c.world; ++p) {
+        const char* s = static_cast<const char*>(a.send) + p * a.count * esize;
+        char* r = static_cast<char*>(a.recv) + p * a.count * esize;
+        SYMMEM_NCCL_CHECK(op, rank, c.comm, ncclSend(s, a.count, type, p, c.comm, stream));
+        SYMMEM_NCCL_CHECK(op, rank, c.comm, ncclRecv(r, a.count, type, p, c.comm, stream));
+      }
+      SYMMEM_NCCL_CHECK(op, rank, c.comm, ncclGroupEnd());
+      return;
+    }
+    case OpKind::barrier: {
+      // A one-element all-reduce on the workspace: every rank's stream waits for every rank.
+      SymmetricMemory ws = a.workspace(sizeof(float));
+      void* p = ws.ptr(ws.rank());
+      SYMMEM_NCCL_CHECK(op, rank, c.comm,
+                        ncclAllReduce(p, p, 1, ncclFloat32, ncclSum, c.comm, stream));
+      return;
+    }
+    default:
+      throw_error(ErrorCode::Unsupported, op, rank,
+                  "nccl backend: " + std::string(op) +
+                      " needs load/store access to every peer, but only " +
+                      std::to_string(c.lsa.n_ranks) + " of the " + std::to_string(c.world) +
+                      " ranks are in this rank's NCCL LSA team; the nvshmem backend serves it "
+                      "across hosts");
+  }
+}
+
+}  // namespace symmem::nccl

@@ -1,0 +1,39 @@
+#pragma once
+
+// The nvshmem backend (plugin libsymmem_nvshmem.so, relocatable device code, device-linked
+// against libnvshmem_device.a). See NOTE [nvshmem world], NOTE [nvshmem allocation layout],
+// NOTE [nvshmem collective launch] and the head of nvshmem_ops.cu.
+
+#include <memory>
+#include <string>
+
+#include "symmem/backend.hpp"
+
+namespace symmem::nvshm {
+
+class NvshmemBackend final : public Backend {
+ public:
+  NvshmemBackend() = default;
+  ~NvshmemBackend() override;
+  const char* name() const override { return "nvshmem"; }
+  bool can_serve(const Group& group, Device device, std::string* why) const override;
+  bool supports(OpKind kind, DType dtype) const override;
+  std::shared_ptr<BackendMemory> allocate(const Group& group, const RendezvousInfo& info) override;
+  void run(const OpArgs& args) override;
+
+ private:
+  // Host-mapped record of all_to_all_v's device-side argument errors (5 x int64).
+  long long* a2av_record();
+  void raise_pending(const char* op, int rank);
+  void finish(const OpArgs& a, const char* op, int rank);
+  bool group_all_direct(const OpArgs& a);
+  void run_broadcast(const OpArgs& a);
+  void run_all_to_all(const OpArgs& a);
+  void run_all_to_all_v(const OpArgs& a);
+  void run_put_get(const OpArgs& a);
+  void run_team_collective(const OpArgs& a);
+
+  long long* a2av_record_ = nullptr;
+};
+
+}  // namespace symmem::nvshm
