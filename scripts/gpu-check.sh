@@ -107,7 +107,7 @@ run_step configure 120 cmake "${CMAKE_ARGS[@]}"
 grep -E '^-- symmem' "$OUT/configure.log" | sed 's/^/   /'
 STEP_DETAIL="ninja -j$JOBS -k 0"
 run_step build 330 ninja -C "$BUILD" -j "$JOBS" -k 0
-grep -E 'FAILED|error' "$OUT/build.log" | head -10 | sed 's/^/   /'
+grep -E '^FAILED|error:' "$OUT/build.log" | head -10 | sed 's/^/   /'
 
 SYMMEM_RUN=$(find "$BUILD" -type f -name symmem-run -perm -u+x 2>/dev/null | head -1)
 SYMMEM_BENCH=$(find "$BUILD" -type f -name symmem-bench -perm -u+x 2>/dev/null | head -1)
@@ -137,6 +137,7 @@ fi
 # ---- GPU tests (ctest label gpu: 1, 2 and 4 ranks on the GPU) ----------------------------------
 ctest_rows() {  # per-test rows from a ctest log
   local log=$1 prefix=$2
+  [ -f "$log" ] || return 0
   grep -E 'Test +#[0-9]+: ' "$log" | sed -E 's/^ *[0-9]+\/[0-9]+ +//' | while read -r line; do
     local tname tstatus tsec
     tname=$(echo "$line" | sed -E 's/^Test +#[0-9]+: ([^ ]+).*/\1/')

@@ -14,8 +14,8 @@
 //     asynchronous call is raised by the next symmem call, as the API promises.
 // Raising clears the record (the first failure is reported once), and the error is Timeout:
 // "<op>: rank R: device-side wait timed out: rank R waited on channel C for rank P ...".
-// Reading the record needs no synchronisation: the kernel publishes the flag last, with a
-// system-scope fence before it.
+// Reading the record needs no synchronisation: the kernel writes flag, rank, channel and peer
+// with one 16-byte store (no atomics on host memory, see NOTE [device timeouts]).
 
 #include <cstdint>
 #include <string_view>

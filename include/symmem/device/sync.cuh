@@ -41,11 +41,12 @@
 // A device-side wait never spins forever. Each operation takes one deadline when it starts:
 // now (%globaltimer, ns) + h.timeout_ns (0 means kDefaultTimeoutNs). Every spin iteration
 // re-reads %globaltimer; past the deadline the operation
-//   1. records the failure in h.timeout_record, a 4 x int32 array in host-mapped (pinned)
-//      memory that the host can read without synchronising: the first failing thread claims
-//      it (CAS of [0] from 0 to 2), writes [1] = h.rank, [2] = channel, [3] = the peer it was
-//      waiting for, fences at system scope and publishes [0] = 1; later failures leave the
-//      first record in place;
+//   1. records the failure in h.timeout_record, 4 x int32 (16-byte aligned) in host-mapped
+//      (pinned) memory that the host can read without synchronising: unless a failure is
+//      already recorded ([0] != 0), one 16-byte store writes {1, h.rank, channel, the peer it
+//      was waiting for}, then a system-scope fence. No atomics: system-scope atomics on host
+//      memory need PCIe atomics, which many hosts lack. Two threads failing at the same
+//      moment may each store a record; either one is a true failure;
 //   2. returns Status::timeout (warp/block forms: in every lane/thread) so the kernel can exit
 //      cleanly. With SYMMEM_DEVICE_TRAP_ON_TIMEOUT defined before this header it executes
 //      __trap() instead, which aborts the kernel but leaves the CUDA context unusable (a sticky
