@@ -2,8 +2,12 @@
 // must fail with PeerFailure or Timeout within the timeout plus a margin, and the dead-peer
 // detection should make that far quicker than the timeout. Prints each survivor's time to error.
 
+#include <stdlib.h>
+
+#include <filesystem>
 #include <map>
 #include <regex>
+#include <set>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -56,4 +60,26 @@ TEST(HostPeerDeath, KilledDuringBarrier8) {
 }
 TEST(HostPeerDeath, KilledDuringSignalRing) {
   kill_during(4, 0, "signal");
+}
+
+// A whole job (fds passed, buffers mapped, everything freed) leaves nothing in the socket
+// directory nor in /dev/shm.
+TEST(HostLeftovers, NothingLeftBehind) {
+  namespace fs = std::filesystem;
+  auto shm = [] {
+    std::set<std::string> s;
+    for (const auto& e : fs::directory_iterator("/dev/shm")) s.insert(e.path().string());
+    return s;
+  };
+  char tmpl[] = "/tmp/symmem-leftover-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  auto before = shm();
+  auto r = run({"-n", "4", "--timeout", "100", "--", SYMMEM_MP_HOST}, 120, nullptr,
+               {std::string("SYMMEM_SOCKET_DIR=") + tmpl});
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_TRUE(fs::is_empty(tmpl)) << "left in " << tmpl << ": "
+                                  << fs::directory_iterator(tmpl)->path();
+  auto after = shm();
+  for (const auto& f : after) EXPECT_TRUE(before.count(f)) << "left in /dev/shm: " << f;
+  fs::remove_all(tmpl);
 }
