@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU check: build with CUDA (sm_90), run every GPU test with 1, 2 and 4 ranks sharing the GPU
 # under an MPS daemon (and one rank per GPU where there are several), run the GPU benchmarks
-# that exist, write full logs to OUTDIR and print a short summary table last.
+# that exist (symmem-bench --backend cuda, bench/torch_compare.py; the nccl and nvshmem plugins
+# have scripts/gpu-check-plugins.sh), write full logs to OUTDIR and print a short summary table last.
 #
 #   bash scripts/gpu-check.sh OUTDIR          (from the repository root, on the GPU machine)
 #
@@ -200,21 +201,6 @@ if [ -n "$SYMMEM_RUN" ] && [ -n "$SYMMEM_BENCH" ]; then
     run_step bench_cuda_all_ops 120 env SYMMEM_ALLOW_SHARED_GPU=1 SYMMEM_TIMEOUT_MS=30000 \
     "$SYMMEM_RUN" -n 4 -- "$SYMMEM_BENCH" --backend cuda --op all --dtype bf16 \
     -b 4096 -e 4194304 -f 4 --json "$OUT/bench_cuda_all_ops.jsonl"
-  if [ -n "$(find "$BUILD" -name 'libsymmem_nccl.so' 2>/dev/null | head -1)" ]; then
-    # NCCL refuses two ranks on one GPU: one rank per GPU.
-    NP_NCCL=$(( NGPU > 1 ? NGPU : 1 ))
-    STEP_DETAIL="all_reduce bf16, $NP_NCCL rank(s)" \
-      run_step bench_nccl_all_reduce 60 env SYMMEM_TIMEOUT_MS=30000 "$SYMMEM_RUN" -n "$NP_NCCL" \
-      -- "$SYMMEM_BENCH" --backend nccl --op all_reduce --dtype bf16 -b 4096 -e 16777216 -f 4
-  fi
-  if [ -n "$(find "$BUILD" -name 'libsymmem_nvshmem.so' 2>/dev/null | head -1)" ]; then
-    # Full MPG mode: MPS plus an active-thread percentage that sums to <= 100 (GPU.md).
-    STEP_DETAIL="all_reduce bf16, 2 PEs, MPS 50%" \
-      run_step bench_nvshmem_all_reduce 60 env SYMMEM_ALLOW_SHARED_GPU=1 \
-      CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo \
-      NVSHMEM_REMOTE_TRANSPORT=none SYMMEM_TIMEOUT_MS=30000 "$SYMMEM_RUN" -n 2 -- \
-      "$SYMMEM_BENCH" --backend nvshmem --op all_reduce --dtype bf16 -b 4096 -e 16777216 -f 4
-  fi
 else
   ROWS+=("bench (symmem-bench)|absent|0|symmem-bench or symmem-run not built")
 fi
