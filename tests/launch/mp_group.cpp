@@ -113,6 +113,18 @@ TEST(MpGroup, SplitDisjointOverlappingNested) {
   g.store_barrier();
 }
 
+TEST(MpGroup, SecondRootGroupGetsAFreshName) {
+  auto& g = world();
+  symmem::Group again = symmem::Group::from_env();
+  EXPECT_EQ(again.name(), "g1");
+  EXPECT_EQ(again.rank(), g.rank());
+  symmem::StoreExchange x(again.store(), again.name() + "/test", again.rank(), again.world_size(),
+                          again.timeout());
+  auto all = x.all_gather<int>(again.rank() * 3);
+  for (int r = 0; r < again.world_size(); ++r) EXPECT_EQ(all[r], r * 3);
+  again.store_barrier();
+}
+
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   try {
