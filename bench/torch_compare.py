@@ -17,7 +17,7 @@ the bytes every rank moves in an in-place all-reduce (read its share from every 
 the result to every rank: 2 x bytes per rank, all ranks on the same HBM) at ~4.1 TB/s.
 Prints one table and writes <out>/torch_compare.{json,md}.
 
-usage: torch_compare.py [--out DIR] [--quick] [--build DIR (default $SYMMEM_BUILD_DIR or ./build)] [--np 2,4] [--sizes B,...]
+usage: torch_compare.py [--out DIR (default <build>/torch_compare)] [--quick] [--build DIR (default $SYMMEM_BUILD_DIR or ./build)] [--np 2,4] [--sizes B,...]
                         [--iters N] [--repeats N] [--skip-torch] [--skip-symmem]
 """
 
@@ -266,7 +266,8 @@ def make_table(results, worlds, sizes, one_gpu):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=os.environ.get("SYMMEM_TORCH_COMPARE_OUT", "torch_compare_out"))
+    ap.add_argument("--out", default=os.environ.get("SYMMEM_TORCH_COMPARE_OUT", ""),
+                    help="output folder (default: <build>/torch_compare)")
     ap.add_argument("--quick", action="store_true", help="5 sizes, fewer repeats (< ~3 min)")
     ap.add_argument("--build", default=os.environ.get("SYMMEM_BUILD_DIR") or os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "build"))
@@ -276,14 +277,16 @@ def main():
     ap.add_argument("--repeats", type=int, default=0)
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-symmem", action="store_true")
-    ap.add_argument("--timeout", type=int, default=240, help="seconds per run")
+    ap.add_argument("--timeout", type=int, default=120, help="seconds per run")
     args = ap.parse_args()
+    if not args.out:
+        args.out = os.path.join(args.build, "torch_compare")
 
     os.makedirs(args.out, exist_ok=True)
     sizes = ([int(s) for s in args.sizes.split(",") if s] if args.sizes
              else (QUICK_SIZES if args.quick else FULL_SIZES))
     iters = args.iters or (10 if args.quick else 20)
-    repeats = args.repeats or (5 if args.quick else 9)
+    repeats = args.repeats or 5
     worlds = [int(n) for n in args.np.split(",") if n]
     os.environ.update(SAFE_ENV)
 
@@ -296,8 +299,11 @@ def main():
     except ImportError:
         print("torch is not importable: symmem numbers only", file=sys.stderr)
     if ngpu == 0:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
-        ngpu = len([ln for ln in out.stdout.splitlines() if ln.startswith("GPU")])
+        try:
+            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+            ngpu = len([ln for ln in out.stdout.splitlines() if ln.startswith("GPU")])
+        except OSError:
+            ngpu = 0
     mps = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "")
     mps_note = mps or "(not set: kernels of different processes may time-slice; timings mean nothing)"
     print(f"GPUs: {ngpu}; MPS pipe dir: {mps_note}; sizes {sizes}; iters {iters} x repeats {repeats}")

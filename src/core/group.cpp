@@ -24,31 +24,15 @@ namespace {
 // NOTE [group names]
 // A group's name is the prefix of every key it (and anything built on it) puts in the store, so
 // it must be identical on all members and distinct from every other group on the same store.
-// Root groups are "g<n>", n counting Group::create() calls per (store object, rank) in this
-// process: every rank of a job creates its root groups in the same order, so the n agree.
+// Root groups are "g<n>", n counting this rank's root groups on the store (a counter kept in
+// the store itself, at "symmem/rank/<rank>/root_groups", so a second from_env() in a process,
+// or a later job on a long-lived store, gets a fresh name): every rank creates its root groups
+// in the same order, so the n agree.
 // Subgroups are "<parent>/s<members>#<k>", with the sorted member list (or, when long, its
 // hash and size) and k counting the parent's split() calls with that member list.
-struct RootNames {
-  std::weak_ptr<Store> store;
-  std::map<int, int> next;  // rank -> next root index
-};
-std::mutex g_names_mutex;
-std::map<const Store*, RootNames> g_root_names;
-
-std::string next_root_name(const std::shared_ptr<Store>& store, int rank) {
-  std::lock_guard<std::mutex> lock(g_names_mutex);
-  for (auto it = g_root_names.begin(); it != g_root_names.end();) {
-    if (it->second.store.expired())
-      it = g_root_names.erase(it);
-    else
-      ++it;
-  }
-  auto& entry = g_root_names[store.get()];
-  if (entry.store.expired()) {
-    entry.store = store;
-    entry.next.clear();
-  }
-  return "g" + std::to_string(entry.next[rank]++);
+std::string next_root_name(Store& store, int rank) {
+  int64_t n = store.add("symmem/rank/" + std::to_string(rank) + "/root_groups", 1) - 1;
+  return "g" + std::to_string(n);
 }
 
 const std::shared_ptr<Group::Impl>& checked(const std::shared_ptr<Group::Impl>& impl,
@@ -248,7 +232,7 @@ std::shared_ptr<Group::Impl> make_root_group(std::shared_ptr<Store> store, int r
   g->rank = rank;
   g->world_size = world_size;
   g->timeout = resolve_timeout(options.timeout, rank);
-  g->name = next_root_name(store, rank);
+  g->name = next_root_name(*store, rank);
   g->global_ranks.resize(world_size);
   for (int r = 0; r < world_size; ++r) g->global_ranks[r] = r;
 

@@ -9,6 +9,8 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <optional>
 
 #include "core/group_impl.hpp"
@@ -119,6 +121,20 @@ std::string tcp_url(const std::string& host, int port) {
     return "tcp://[" + host + "]:" + std::to_string(port);
   }
   return "tcp://" + host + ":" + std::to_string(port);
+}
+
+// The store rank 0 hosts, shared by every root group of this process that names the same
+// address (a second from_env() must not try to bind the port again).
+std::shared_ptr<TcpStoreServer> hosted_server(const std::string& bind, uint16_t port,
+                                              const std::string& token) {
+  static std::mutex mutex;
+  static std::map<std::string, std::weak_ptr<TcpStoreServer>> servers;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::string key = bind + "|" + std::to_string(port) + "|" + token;
+  if (auto existing = servers[key].lock()) return existing;
+  std::shared_ptr<TcpStoreServer> server = TcpStoreServer::start(bind, port, token);
+  servers[key] = server;
+  return server;
 }
 
 }  // namespace
@@ -303,7 +319,7 @@ Group Group::from_env(const GroupOptions& options) {
       std::string bind = env::get_string("SYMMEM_STORE_BIND");
       if (bind.empty()) bind = is_loopback(s.master_addr) ? "127.0.0.1" : s.master_addr;
       try {
-        server = TcpStoreServer::start(bind, static_cast<uint16_t>(s.store_port), token);
+        server = hosted_server(bind, static_cast<uint16_t>(s.store_port), token);
       } catch (const Error& e) {
         throw Error(e.code(),
                     std::string(kOp) + ": rank 0: cannot host the store at " + bind + ":" +

@@ -17,10 +17,10 @@ NvshmemBackend::~NvshmemBackend() {
 }
 
 bool NvshmemBackend::can_serve(const Group& group, Device device, std::string* why) const {
-  (void)group;
   if (!device.is_cuda()) {
-    if (why) *why = "the nvshmem backend serves CUDA devices only (" + to_string(device) +
-                    " requested); the host backend serves CPU memory";
+    if (why)
+      *why = "the nvshmem backend serves CUDA devices only (" + to_string(device) +
+             " requested); the host backend serves CPU memory";
     return false;
   }
   int count = 0;
@@ -31,12 +31,12 @@ bool NvshmemBackend::can_serve(const Group& group, Device device, std::string* w
   }
   if (device.index < 0 || device.index >= count) {
     if (why) {
-      *why = "device " + to_string(device) + " does not exist (" + std::to_string(count) +
-             " visible)";
+      *why =
+          "device " + to_string(device) + " does not exist (" + std::to_string(count) + " visible)";
     }
     return false;
   }
-  return true;
+  return Runtime::instance().can_allocate(group, why);
 }
 
 bool NvshmemBackend::supports(OpKind kind, DType dtype) const {
@@ -72,9 +72,9 @@ std::shared_ptr<BackendMemory> NvshmemBackend::allocate(const Group& group,
 long long* NvshmemBackend::a2av_record() {
   if (a2av_record_ == nullptr) {
     void* p = nullptr;
-    SYMMEM_CUDART_CHECK("all_to_all_v", -1,
-                        cudaHostAlloc(&p, 8 * sizeof(long long),
-                                      cudaHostAllocMapped | cudaHostAllocPortable));
+    SYMMEM_CUDART_CHECK(
+        "all_to_all_v", -1,
+        cudaHostAlloc(&p, 8 * sizeof(long long), cudaHostAllocMapped | cudaHostAllocPortable));
     std::memset(p, 0, 8 * sizeof(long long));
     a2av_record_ = static_cast<long long*>(p);
   }

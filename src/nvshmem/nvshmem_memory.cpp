@@ -14,7 +14,9 @@ namespace {
 
 constexpr size_t kAlign = 256;
 
-size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+size_t align_up(size_t n, size_t a) {
+  return (n + a - 1) / a * a;
+}
 
 using cuda::DeviceGuard;
 
@@ -33,8 +35,8 @@ NvshmemMemory::NvshmemMemory(const Group& group, const RendezvousInfo& info)
   pad_offset_ = align_up(bytes_, kAlign);
   pad_bytes_ = info.signal_pad_bytes;
   SYMMEM_CHECK(op, rank_, pad_bytes_ >= sizeof(uint32_t) * world_, ErrorCode::InvalidArgument,
-               "signal pad of " << pad_bytes_ << " bytes is smaller than one channel ("
-                                << world_ << " slots of 4 bytes)");
+               "signal pad of " << pad_bytes_ << " bytes is smaller than one channel (" << world_
+                                << " slots of 4 bytes)");
   const size_t slots = pad_bytes_ / sizeof(uint32_t);
   sig_offset_ = align_up(pad_offset_ + pad_bytes_, kAlign);
   const size_t total = sig_offset_ + slots * sizeof(uint64_t);
@@ -59,8 +61,8 @@ NvshmemMemory::NvshmemMemory(const Group& group, const RendezvousInfo& info)
     }
     tables_ = std::make_unique<cuda::PeerTables>(device_, rank_, buffers_, std::move(pads));
     SYMMEM_CUDART_CHECK(op, rank_, cudaMalloc(&d_pes_, sizeof(int) * world_));
-    SYMMEM_CUDART_CHECK(op, rank_, cudaMemcpy(d_pes_, pes_.data(), sizeof(int) * world_,
-                                              cudaMemcpyHostToDevice));
+    SYMMEM_CUDART_CHECK(
+        op, rank_, cudaMemcpy(d_pes_, pes_.data(), sizeof(int) * world_, cudaMemcpyHostToDevice));
     // Every rank's pad is zero before any peer may signal into it (the store barrier has a
     // deadline; nvshmem_barrier_all would not).
     group_.store_barrier();
@@ -77,7 +79,9 @@ NvshmemMemory::NvshmemMemory(const Group& group, const RendezvousInfo& info)
                           << " peers load/store accessible";
 }
 
-NvshmemMemory::~NvshmemMemory() { release(); }
+NvshmemMemory::~NvshmemMemory() {
+  release();
+}
 
 void NvshmemMemory::release() noexcept {
   DeviceGuard guard(device_);
@@ -104,8 +108,8 @@ int NvshmemMemory::num_channels() const {
 
 void NvshmemMemory::check_channel(const char* op, int channel) const {
   SYMMEM_CHECK_ARG(op, rank_, channel >= 0 && channel < num_channels(), "channel",
-                   "is " << channel << "; the signal pad has " << num_channels()
-                         << " channels (0.." << num_channels() - 1 << ")");
+                   "is " << channel << "; the signal pad has " << num_channels() << " channels (0.."
+                         << num_channels() - 1 << ")");
 }
 
 void* NvshmemMemory::ptr(int peer) const {

@@ -30,6 +30,7 @@
 #include "core/log.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/cuda_ops.hpp"
+#include "cuda/kernels/kernels.hpp"
 #include "cuda/peer_tables.hpp"
 #include "cuda/timeout_record.hpp"
 #include "nvshmem/nvshmem_backend.hpp"
@@ -44,7 +45,9 @@ constexpr int kThreads = 512;
 constexpr size_t kChunk = 1 << 20;  // bytes one block moves per transfer
 constexpr int kOpChannel = 0;       // the workspace pad channel the ops synchronise on
 
-size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+size_t align_up(size_t n, size_t a) {
+  return (n + a - 1) / a * a;
+}
 
 // ---- device error record of all_to_all_v ----------------------------------------------------
 // [0] flag (0 ok / 1 set), [1] kind (1 capacity, 2 count mismatch), [2] peer, [3] value,
@@ -97,8 +100,7 @@ __global__ void bcast_kernel(char* dst, const char* src, size_t bytes, const int
 }
 
 // all_to_all: block y serves peer y: src block y -> peer y's dst block `me`.
-__global__ void a2a_kernel(char* dst, const char* src, size_t block_bytes, const int* pes,
-                           int me) {
+__global__ void a2a_kernel(char* dst, const char* src, size_t block_bytes, const int* pes, int me) {
   const int p = blockIdx.y;
   for (size_t off = static_cast<size_t>(blockIdx.x) * kChunk; off < block_bytes;
        off += static_cast<size_t>(gridDim.x) * kChunk) {
@@ -138,14 +140,14 @@ __global__ void a2av_stage_kernel(const int64_t* send_counts, int world, const c
 __global__ void a2av_counts_kernel(int64_t* matrix, const int64_t* my_row, int world,
                                    const int* pes, int me) {
   const int p = blockIdx.x;
-  nvshmemx_putmem_block(matrix + static_cast<size_t>(me) * world, my_row,
-                        sizeof(int64_t) * world, pes[p]);
+  nvshmemx_putmem_block(matrix + static_cast<size_t>(me) * world, my_row, sizeof(int64_t) * world,
+                        pes[p]);
 }
 
 // Data: block y serves peer y. Offset in peer p's receive area: sum_{q<me} M[q][p].
 __global__ void a2av_data_kernel(const int64_t* matrix, int world, const char* src_area,
-                                 char* dst_area, size_t recv_capacity, size_t esize,
-                                 const int* pes, int me) {
+                                 char* dst_area, size_t recv_capacity, size_t esize, const int* pes,
+                                 int me) {
   const int p = blockIdx.y;
   long long send_off = 0, dst_off = 0, total_at_p = 0;
   for (int q = 0; q < p; ++q) send_off += matrix[static_cast<size_t>(me) * world + q];
@@ -220,8 +222,7 @@ unsigned grid_for(size_t bytes, unsigned max_blocks = 32) {
 NvshmemMemory& nv_memory(const SymmetricMemory& m, const char* op, int rank) {
   auto* mem = dynamic_cast<NvshmemMemory*>(m.backend_memory().get());
   SYMMEM_CHECK(op, rank, mem != nullptr, ErrorCode::InvalidArgument,
-               "the symmetric buffer belongs to the '" << m.backend()
-                                                       << "' backend, not nvshmem");
+               "the symmetric buffer belongs to the '" << m.backend() << "' backend, not nvshmem");
   return *mem;
 }
 
@@ -235,6 +236,23 @@ void check_launch(const char* op, int rank) {
   if (e != cudaSuccess) cuda::throw_cudart_error(op, rank, "kernel launch", e, SYMMEM_WHERE);
 }
 
+// The group workspace's staging area: the cuda backend's kernels keep control words, flags and
+// LL buffers before data_offset (NOTE [workspace layout]); the nvshmem ops stage after it.
+struct Staging {
+  SymmetricMemory ws;
+  NvshmemMemory* mem = nullptr;
+  char* base = nullptr;  // symmetric address (this PE) of the staging area
+};
+
+Staging staging(const OpArgs& a, size_t bytes, const char* op) {
+  const size_t off = cuda::kernels::ws_layout(a.group->world_size()).data_offset;
+  Staging st;
+  st.ws = a.workspace(off + bytes);
+  st.mem = &nv_memory(st.ws, op, a.group->rank());
+  st.base = sym_addr(st.ws, *st.mem) + off;
+  return st;
+}
+
 void barrier_on(const SymmetricMemory& ws, NvshmemMemory& mem, const OpArgs& a, const char* op) {
   NvSync s = mem.nv_sync(0, mem.bytes(), a.timeout);
   launch_barrier(s, kOpChannel, static_cast<cudaStream_t>(a.stream), op);
@@ -244,8 +262,7 @@ void barrier_on(const SymmetricMemory& ws, NvshmemMemory& mem, const OpArgs& a, 
 void copy_async(void* dst, const void* src, size_t bytes, cudaStream_t stream, const char* op,
                 int rank) {
   if (bytes == 0 || dst == src) return;
-  SYMMEM_CUDART_CHECK(op, rank,
-                      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+  SYMMEM_CUDART_CHECK(op, rank, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
 }
 
 }  // namespace
@@ -332,9 +349,10 @@ void NvshmemBackend::run_broadcast(const OpArgs& a) {
   auto stream = static_cast<cudaStream_t>(a.stream);
   // [src | dst]
   const size_t half = align_up(bytes, 256);
-  SymmetricMemory ws = a.workspace(2 * half);
-  auto& mem = nv_memory(ws, op, rank);
-  char* src = sym_addr(ws, mem);
+  Staging st = staging(a, 2 * half, op);
+  const SymmetricMemory& ws = st.ws;
+  auto& mem = *st.mem;
+  char* src = st.base;
   char* dst = src + half;
   if (rank == a.root) copy_async(src, a.send, bytes, stream, op, rank);
   barrier_on(ws, mem, a, op);
@@ -356,9 +374,10 @@ void NvshmemBackend::run_all_to_all(const OpArgs& a) {
   if (block == 0) return;
   auto stream = static_cast<cudaStream_t>(a.stream);
   const size_t half = align_up(block * world, 256);
-  SymmetricMemory ws = a.workspace(2 * half);
-  auto& mem = nv_memory(ws, op, rank);
-  char* src = sym_addr(ws, mem);
+  Staging st = staging(a, 2 * half, op);
+  const SymmetricMemory& ws = st.ws;
+  auto& mem = *st.mem;
+  char* src = st.base;
   char* dst = src + half;
   copy_async(src, a.send, block * world, stream, op, rank);
   barrier_on(ws, mem, a, op);
@@ -380,9 +399,10 @@ void NvshmemBackend::run_all_to_all_v(const OpArgs& a) {
   const size_t row_bytes = align_up(sizeof(int64_t) * world, 256);
   const size_t matrix_bytes = align_up(sizeof(int64_t) * world * world, 256);
   const size_t area = align_up(a.recv_capacity * esize, 256);
-  SymmetricMemory ws = a.workspace(row_bytes + matrix_bytes + 2 * area);
-  auto& mem = nv_memory(ws, op, rank);
-  char* base = sym_addr(ws, mem);
+  Staging st = staging(a, row_bytes + matrix_bytes + 2 * area, op);
+  const SymmetricMemory& ws = st.ws;
+  auto& mem = *st.mem;
+  char* base = st.base;
   auto* my_row = reinterpret_cast<int64_t*>(base);
   auto* matrix = reinterpret_cast<int64_t*>(base + row_bytes);
   char* src_area = base + row_bytes + matrix_bytes;
@@ -468,9 +488,8 @@ void NvshmemBackend::run_team_collective(const OpArgs& a) {
   if (a.kind == OpKind::reduce_scatter) n_in = n_out = a.count * world;
   if (a.kind == OpKind::all_gather) n_out = a.count * world;
   const size_t in_bytes = align_up(n_in * esize, 256);
-  SymmetricMemory ws = a.workspace(in_bytes + n_out * esize);
-  auto& mem = nv_memory(ws, op, rank);
-  char* src = sym_addr(ws, mem);
+  Staging st = staging(a, in_bytes + n_out * esize, op);
+  char* src = st.base;
   char* dst = src + in_bytes;
   copy_async(src, a.send, n_in * esize, stream, op, rank);
   int status = 0;
@@ -479,16 +498,14 @@ void NvshmemBackend::run_team_collective(const OpArgs& a) {
   } else {
     const bool sum = a.redop == ReduceOp::sum || a.redop == ReduceOp::avg;
     const bool mx = a.redop == ReduceOp::max;
-#define SYMMEM_NV_REDUCE(NAME, T)                                                              \
-  status = sum ? nvshmemx_##NAME##_sum_reduce_on_stream(team, reinterpret_cast<T*>(dst),        \
-                                                        reinterpret_cast<const T*>(src), n_in,  \
-                                                        stream)                                 \
-         : mx  ? nvshmemx_##NAME##_max_reduce_on_stream(team, reinterpret_cast<T*>(dst),        \
-                                                        reinterpret_cast<const T*>(src), n_in,  \
-                                                        stream)                                 \
-               : nvshmemx_##NAME##_min_reduce_on_stream(team, reinterpret_cast<T*>(dst),        \
-                                                        reinterpret_cast<const T*>(src), n_in,  \
-                                                        stream)
+#define SYMMEM_NV_REDUCE(NAME, T)                                                                  \
+  status =                                                                                         \
+      sum  ? nvshmemx_##NAME##_sum_reduce_on_stream(team, reinterpret_cast<T*>(dst),               \
+                                                    reinterpret_cast<const T*>(src), n_in, stream) \
+      : mx ? nvshmemx_##NAME##_max_reduce_on_stream(team, reinterpret_cast<T*>(dst),               \
+                                                    reinterpret_cast<const T*>(src), n_in, stream) \
+           : nvshmemx_##NAME##_min_reduce_on_stream(team, reinterpret_cast<T*>(dst),               \
+                                                    reinterpret_cast<const T*>(src), n_in, stream)
     switch (a.dtype) {
       case DType::f32:
         SYMMEM_NV_REDUCE(float, float);
@@ -508,8 +525,10 @@ void NvshmemBackend::run_team_collective(const OpArgs& a) {
     if (status == 0 && a.redop == ReduceOp::avg) {
       const float f = 1.0f / static_cast<float>(world);
       const unsigned g = static_cast<unsigned>(std::min<size_t>((n_in + 255) / 256, 1024));
-      if (a.dtype == DType::f32) scale_kernel<<<g, 256, 0, stream>>>(reinterpret_cast<float*>(dst), n_in, f);
-      if (a.dtype == DType::f16) scale_kernel<<<g, 256, 0, stream>>>(reinterpret_cast<half*>(dst), n_in, f);
+      if (a.dtype == DType::f32)
+        scale_kernel<<<g, 256, 0, stream>>>(reinterpret_cast<float*>(dst), n_in, f);
+      if (a.dtype == DType::f16)
+        scale_kernel<<<g, 256, 0, stream>>>(reinterpret_cast<half*>(dst), n_in, f);
       if (a.dtype == DType::bf16) {
         scale_kernel<<<g, 256, 0, stream>>>(reinterpret_cast<__nv_bfloat16*>(dst), n_in, f);
       }
@@ -518,8 +537,9 @@ void NvshmemBackend::run_team_collective(const OpArgs& a) {
   }
   SYMMEM_CHECK(op, rank, status == 0, ErrorCode::Internal,
                "nvshmem backend: the NVSHMEM team collective failed (status "
-                   << status << "); with several PEs on one GPU NVSHMEM needs MPS with "
-                                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE set");
+                   << status
+                   << "); with several PEs on one GPU NVSHMEM needs MPS with "
+                      "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE set");
   const size_t out_off = a.kind == OpKind::reduce_scatter ? rank * a.count * esize : 0;
   const size_t out_n = a.kind == OpKind::reduce_scatter ? a.count : n_out;
   copy_async(a.recv, dst + out_off, out_n * esize, stream, op, rank);

@@ -148,21 +148,30 @@ void Runtime::ensure(const Group& group, int device, const char* op) {
   SYMMEM_CHECK_ARG(op, group.rank(), device == device_, "device",
                    "is cuda:" << device << " but NVSHMEM was initialised on cuda:" << device_
                               << " (one GPU per process)");
+  std::string why;
+  if (!is_world_locked(group, &why)) throw_error(ErrorCode::Unsupported, op, group.rank(), why);
+}
+
+bool Runtime::can_allocate(const Group& group, std::string* why) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !initialized_ || is_world_locked(group, why);
+}
+
+bool Runtime::is_world_locked(const Group& group, std::string* why) const {
   auto mine = group.global_ranks();
   auto world = world_global_ranks_;
   std::sort(mine.begin(), mine.end());
   std::sort(world.begin(), world.end());
-  if (mine != world) {
-    throw_error(
-        ErrorCode::Unsupported, op, group.rank(),
-        "nvshmem backend: group '" + group.name() + "' (" + std::to_string(group.world_size()) +
-            " ranks) is not the NVSHMEM PE world "
-            "(the " +
-            std::to_string(world_global_ranks_.size()) + " ranks of group '" + world_group_name_ +
-            "'): nvshmem_malloc is collective over every PE, so a "
-            "subset of the PEs cannot be a team that allocates. Allocate on the full "
-            "group, or use the cuda backend (one host) for subgroups");
+  if (mine == world) return true;
+  if (why != nullptr) {
+    *why = "nvshmem backend: group '" + group.name() + "' (" + std::to_string(group.world_size()) +
+           " ranks) is not the NVSHMEM PE world (the " +
+           std::to_string(world_global_ranks_.size()) + " ranks of group '" + world_group_name_ +
+           "'): nvshmem_malloc is collective over every PE, so a subset of the PEs cannot "
+           "allocate. Allocate on the full group, or use the cuda backend (one host) for "
+           "subgroups";
   }
+  return false;
 }
 
 std::vector<int> Runtime::pes_of(const Group& group, const char* op) const {

@@ -36,6 +36,9 @@ class Runtime {
   // afterwards checks that `group` holds exactly the PE world's ranks (see the NOTE).
   void ensure(const Group& group, int device, const char* op);
   bool initialized() const;
+  // False (with the reason) when NVSHMEM is initialised and `group` does not hold exactly the
+  // PE world's ranks; true before initialisation.
+  bool can_allocate(const Group& group, std::string* why) const;
   int device() const { return device_; }
   int n_pes() const { return static_cast<int>(world_global_ranks_.size()); }
 
@@ -49,6 +52,7 @@ class Runtime {
   Runtime() = default;
   void init(const Group& group, int device, const char* op);
   void set_default_env(const Group& group, bool shared_gpu);
+  bool is_world_locked(const Group& group, std::string* why) const;  // mu_ held
 
   mutable std::mutex mu_;
   bool initialized_ = false;

@@ -23,7 +23,9 @@
 namespace symmem::nvshm {
 namespace {
 
-__global__ void nv_barrier_kernel(NvSync s, int channel) { (void)nv_barrier_block(s, channel); }
+__global__ void nv_barrier_kernel(NvSync s, int channel) {
+  (void)nv_barrier_block(s, channel);
+}
 
 __global__ void nv_put_signal_kernel(NvSync s, int dst, int channel) {
   (void)nv_put_signal(s, dst, channel, dev::Deadline::of(s.h));
@@ -50,12 +52,11 @@ void collective_launch(const void* kernel, dim3 grid, dim3 block, void** args, s
 void launch_barrier(const NvSync& s, int channel, cudaStream_t stream, const char* op) {
   NvSync arg = s;
   void* args[] = {&arg, &channel};
-  collective_launch(reinterpret_cast<const void*>(&nv_barrier_kernel), dim3(1), dim3(32), args,
-                    0, stream, op, s.h.rank);
+  collective_launch(reinterpret_cast<const void*>(&nv_barrier_kernel), dim3(1), dim3(32), args, 0,
+                    stream, op, s.h.rank);
 }
 
-void launch_put_signal(const NvSync& s, int dst, int channel, cudaStream_t stream,
-                       const char* op) {
+void launch_put_signal(const NvSync& s, int dst, int channel, cudaStream_t stream, const char* op) {
   nv_put_signal_kernel<<<1, 1, 0, stream>>>(s, dst, channel);
   SYMMEM_CUDART_CHECK(op, s.h.rank, cudaGetLastError());
 }

@@ -45,10 +45,10 @@ inline OpOptions op_opts() {
   return o;
 }
 
-#define SUITE_CUDA(call)                                                        \
-  do {                                                                          \
-    cudaError_t e_ = (call);                                                    \
-    ASSERT_EQ(e_, cudaSuccess) << #call << ": " << cudaGetErrorString(e_);      \
+#define SUITE_CUDA(call)                                                   \
+  do {                                                                     \
+    cudaError_t e_ = (call);                                               \
+    ASSERT_EQ(e_, cudaSuccess) << #call << ": " << cudaGetErrorString(e_); \
   } while (0)
 
 // ---- host <-> device helpers ----------------------------------------------------------------
@@ -95,8 +95,8 @@ inline void expect_values(const std::vector<float>& got, const std::vector<float
   for (size_t i = 0; i < got.size(); ++i) {
     if (got[i] != want[i]) {
       if (wrong < 5) {
-        ADD_FAILURE() << what << ": rank " << suite_env().group.rank() << " element " << i
-                      << " is " << got[i] << ", expected " << want[i];
+        ADD_FAILURE() << what << ": rank " << suite_env().group.rank() << " element " << i << " is "
+                      << got[i] << ", expected " << want[i];
       }
       ++wrong;
     }
@@ -243,9 +243,8 @@ TEST(GpuBackend, MismatchedAllocationsFailOnEveryRank) {
   if (e.group.world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
   // Different sizes (or, equivalently, one rank allocating out of order): every rank gets
   // InvalidArgument from the agreement check before the backend's collective allocation.
-  test::expect_error(
-      [&] { (void)allocate(e.group, r == 0 ? 4096 : 8192, e.device, alloc_opts()); },
-      ErrorCode::InvalidArgument, {"allocate"});
+  test::expect_error([&] { (void)allocate(e.group, r == 0 ? 4096 : 8192, e.device, alloc_opts()); },
+                     ErrorCode::InvalidArgument, {"allocate"});
 }
 
 // ---- subgroups ------------------------------------------------------------------------------
@@ -396,14 +395,16 @@ TEST_P(GpuOps, AllToAllV) {
   std::vector<float> in;
   for (int p = 0; p < w; ++p) {
     send_counts[p] = count(r, p);
-    for (int64_t i = 0; i < send_counts[p]; ++i) in.push_back(static_cast<float>(r * 8 + p + i % 2));
+    for (int64_t i = 0; i < send_counts[p]; ++i)
+      in.push_back(static_cast<float>(r * 8 + p + i % 2));
   }
   std::vector<float> want;
   std::vector<int64_t> want_counts(w), want_offsets(w);
   for (int p = 0; p < w; ++p) {
     want_counts[p] = count(p, r);
     want_offsets[p] = static_cast<int64_t>(want.size());
-    for (int64_t i = 0; i < want_counts[p]; ++i) want.push_back(static_cast<float>(p * 8 + r + i % 2));
+    for (int64_t i = 0; i < want_counts[p]; ++i)
+      want.push_back(static_cast<float>(p * 8 + r + i % 2));
   }
   const size_t capacity = 3 * unit * w + 16;
   DeviceBuffer send(in.size() * es), recv(capacity * es), d_send_counts(w * 8),

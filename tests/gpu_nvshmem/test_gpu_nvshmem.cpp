@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <unistd.h>
+
 #include "gpu_backend_suite.hpp"
 
 int main(int argc, char** argv) {
@@ -18,15 +20,20 @@ int main(int argc, char** argv) {
   auto& e = symmem::gputest::suite_env();
   e.group = symmem::Group::from_env();
   const int gpus = symmem::test::gpu_count();
-  if (e.group.local_world_size() > gpus &&
-      (std::getenv("CUDA_MPS_PIPE_DIRECTORY") == nullptr ||
-       std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") == nullptr)) {
-    std::printf(
-        "SKIPPED: %d ranks share %d GPU(s): NVSHMEM needs an MPS daemon "
-        "(CUDA_MPS_PIPE_DIRECTORY) and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (sum <= 100) for "
-        "several PEs on one GPU (scripts/gpu-check-plugins.sh sets both)\n",
-        e.group.local_world_size(), gpus);
-    return symmem::test::kSkipExitCode;
+  if (e.group.local_world_size() > gpus) {
+    const char* pipe = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
+    const std::string control = std::string(pipe ? pipe : "/tmp/nvidia-mps") + "/control";
+    const bool mps = ::access(control.c_str(), F_OK) == 0;
+    const bool pct = std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") != nullptr;
+    if (!mps || !pct) {
+      std::printf(
+          "SKIPPED: %d ranks share %d GPU(s): NVSHMEM runs several PEs on one GPU only under an "
+          "MPS daemon (%s: %s) with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE set (%s); "
+          "scripts/gpu-check-plugins.sh starts MPS\n",
+          e.group.local_world_size(), gpus, control.c_str(), mps ? "found" : "missing",
+          pct ? "set" : "unset");
+      return symmem::test::kSkipExitCode;
+    }
   }
   e.device = symmem::Device::cuda(e.group.local_rank() % gpus);
   e.backend = "nvshmem";

@@ -706,6 +706,28 @@ TEST(GpuOps, BadInputs) {
   s.sync();
 }
 
+TEST(GpuOps, DeviceWaitTimesOut) {
+  // Rank 0 enters a collective the others skip: its kernel gives up at the deadline, records
+  // the failure, and the next op on rank 0 raises Timeout. A fresh group keeps the damage away
+  // from the others.
+  if (g_group.world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  std::vector<int> all(g_group.world_size());
+  for (int i = 0; i < g_group.world_size(); ++i) all[i] = i;
+  Group fresh = g_group.split(all);
+  Stream s;
+  barrier(fresh, opts(s.get()));  // every rank: the workspace is set up
+  s.sync();
+  fresh.store_barrier();
+  if (fresh.rank() == 0) {
+    OpOptions o = opts(s.get());
+    o.timeout = Millis(300);
+    barrier(fresh, o);
+    s.sync();  // returns after ~300 ms: the kernel left at its deadline
+    expect_error([&] { barrier(fresh, o); }, ErrorCode::Timeout, {"timed out"});
+  }
+  fresh.store_barrier();
+}
+
 // Last: a failed capture may leave the fresh group unusable.
 TEST(GpuOps, CaptureWithoutWarmUpIsAnError) {
   // A fresh group has no workspace yet: setting it up inside capture is refused.

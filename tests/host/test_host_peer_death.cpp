@@ -2,8 +2,12 @@
 // must fail with PeerFailure or Timeout within the timeout plus a margin, and the dead-peer
 // detection should make that far quicker than the timeout. Prints each survivor's time to error.
 
+#include <stdlib.h>
+
+#include <filesystem>
 #include <map>
 #include <regex>
+#include <set>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -56,4 +60,52 @@ TEST(HostPeerDeath, KilledDuringBarrier8) {
 }
 TEST(HostPeerDeath, KilledDuringSignalRing) {
   kill_during(4, 0, "signal");
+}
+
+// A whole job (fds passed, buffers mapped, everything freed) leaves nothing in the socket
+// directory nor in /dev/shm.
+TEST(HostLeftovers, NothingLeftBehind) {
+  namespace fs = std::filesystem;
+  auto shm = [] {
+    std::set<std::string> s;
+    for (const auto& e : fs::directory_iterator("/dev/shm")) s.insert(e.path().string());
+    return s;
+  };
+  char tmpl[] = "/tmp/symmem-leftover-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  auto before = shm();
+  auto r = run({"-n", "4", "--timeout", "100", "--", SYMMEM_MP_HOST}, 120, nullptr,
+               {std::string("SYMMEM_SOCKET_DIR=") + tmpl});
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_TRUE(fs::is_empty(tmpl)) << "left in " << tmpl << ": "
+                                  << fs::directory_iterator(tmpl)->path();
+  auto after = shm();
+  for (const auto& f : after) EXPECT_TRUE(before.count(f)) << "left in /dev/shm: " << f;
+  fs::remove_all(tmpl);
+}
+
+// SYMMEM_BACKEND=nvshmem where no nvshmem plugin exists: every rank gets BackendUnavailable
+// listing the backends that do load. The job runs against a copy of libsymmem in a directory of
+// its own (LD_LIBRARY_PATH wins over RUNPATH), so the plugins of the build tree are not beside it.
+TEST(HostBackendSelection, SelectedBackendWithoutPlugin) {
+  namespace fs = std::filesystem;
+  char tmpl[] = "/tmp/symmem-noplugin-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  fs::path lib = SYMMEM_LIBRARY;
+  for (const auto& e : fs::directory_iterator(lib.parent_path())) {
+    std::string f = e.path().filename().string();
+    if (f.rfind("libsymmem.so", 0) == 0)
+      fs::copy(e.path(), fs::path(tmpl) / f, fs::copy_options::copy_symlinks);
+  }
+  auto r = run(
+      {"-n", "2", "--timeout", "100", "--", SYMMEM_MP_HOST,
+       "--gtest_filter=MpHost.UnavailableBackendNamesAvailableOnes"},
+      120, nullptr,
+      {"SYMMEM_BACKEND=nvshmem", std::string("LD_LIBRARY_PATH=") + tmpl, "SYMMEM_PLUGIN_PATH="});
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "[0] [       OK ] MpHost.UnavailableBackendNamesAvailableOnes"))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "[1] [       OK ] MpHost.UnavailableBackendNamesAvailableOnes"))
+      << r.out;
+  fs::remove_all(tmpl);
 }

@@ -25,9 +25,20 @@
 namespace symmem::cuda::kernels {
 namespace {
 
+// Per-block plan in dynamic shared memory, kPlanArrays arrays of `world` int64.
+enum Plan : int {
+  kRowOk = 0,  // rank q's row has no negative count
+  kSendCnt,    // this rank -> p
+  kSendOff,    // where that piece starts in send
+  kDstOff,     // where it lands in p's receive area
+  kDestOk,     // p's total fits its capacity
+  kRecvCnt,    // p -> this rank (0 when this rank overflows or p's row is bad)
+  kRecvOff,    // where it lands here
+  kPlanArrays
+};
+
 __global__ void __launch_bounds__(kThreads, 2) a2av_kernel(const AllToAllVArgs a) {
-  extern __shared__ int64_t plan[];  // [world] offsets, [world] counts of the copy-out
-  __shared__ int row_ok_rank;
+  extern __shared__ int64_t plan[];
   const SyncArgs& s = a.sync;
   const int world = s.world;
   const int rank = s.rank;
@@ -37,6 +48,8 @@ __global__ void __launch_bounds__(kThreads, 2) a2av_kernel(const AllToAllVArgs a
   const int64_t G = gridDim.x;
   const int64_t b = blockIdx.x;
   const int64_t es = a.elem_size;
+  int64_t* P[kPlanArrays];
+  for (int k = 0; k < kPlanArrays; ++k) P[k] = plan + static_cast<int64_t>(k) * world;
 
   // 1. Publish this rank's row into every peer's matrix.
   for (int64_t i = threadIdx.x; i < static_cast<int64_t>(world) * W1; i += blockDim.x) {
@@ -48,82 +61,83 @@ __global__ void __launch_bounds__(kThreads, 2) a2av_kernel(const AllToAllVArgs a
   publish_desc(s);
   bool ok = block_barrier(s, flag_value(epoch, 1), deadline) && desc_agree(s);
   const int64_t* M = a.matrix_local;
+  auto m = [&](int q, int p) { return __ldcg(M + q * W1 + p); };
 
   if (ok) {
-    // Rows with a negative count move nothing; destinations over capacity receive nothing.
-    auto row_ok = [&](int q) {
-      for (int t = 0; t < world; ++t) {
-        if (__ldcg(M + q * W1 + t) < 0) return false;
-      }
-      return true;
-    };
-    auto column_total = [&](int p) {
-      int64_t sum = 0;
-      for (int q = 0; q < world; ++q) {
-        if (row_ok(q)) sum += __ldcg(M + q * W1 + p);
-      }
-      return sum;
-    };
-    auto dest_ok = [&](int p) { return column_total(p) <= __ldcg(M + p * W1 + world); };
-    auto m = [&](int q, int p) { return __ldcg(M + q * W1 + p); };
-
-    const bool my_dest_ok = dest_ok(rank);
-    // Outputs and error reports (block 0).
-    if (b == 0 && threadIdx.x == 0) {
-      int64_t off = 0;
-      for (int p = 0; p < world; ++p) {
-        const int64_t c = row_ok(p) ? m(p, rank) : 0;
-        if (a.counts_known) {
-          if (c != a.recv_counts[p] && row_ok(p)) {
-            record_op_error(s.error_record, OpErrorCode::count_mismatch, rank, p, c,
-                            a.recv_counts[p]);
-          }
-        } else if (a.recv_counts != nullptr) {
-          a.recv_counts[p] = my_dest_ok ? c : 0;
-        }
-        if (a.recv_offsets != nullptr) a.recv_offsets[p] = off;
-        off += my_dest_ok ? c : 0;
-      }
-      for (int t = 0; t < world; ++t) {
-        if (m(rank, t) < 0) {
-          record_op_error(s.error_record, OpErrorCode::negative_count, rank, t, m(rank, t), 0);
-          break;
-        }
-      }
-      if (!my_dest_ok) {
-        record_op_error(s.error_record, OpErrorCode::capacity, rank, -1, column_total(rank),
-                        a.capacity);
-      }
+    // 2. The plan, every per-peer quantity computed by its own thread.
+    for (int q = threadIdx.x; q < world; q += blockDim.x) {
+      int64_t good = 1;
+      for (int t = 0; t < world; ++t) good &= m(q, t) >= 0 ? 1 : 0;
+      P[kRowOk][q] = good;
     }
-    // Copy-out plan.
-    for (int p = threadIdx.x; p < world; p += blockDim.x) {
-      int64_t off = 0;
-      for (int q = 0; q < p; ++q) off += row_ok(q) ? m(q, rank) : 0;
-      plan[p] = off;
-      plan[world + p] = my_dest_ok && row_ok(p) ? m(p, rank) : 0;
-    }
-    if (threadIdx.x == 0) row_ok_rank = row_ok(rank) ? 1 : 0;
     __syncthreads();
-    // Push this rank's pieces.
-    if (row_ok_rank != 0) {
-      int64_t src_off = 0;
+    for (int p = threadIdx.x; p < world; p += blockDim.x) {
+      int64_t total = 0, dst = 0;
+      for (int q = 0; q < world; ++q) {
+        const int64_t c = P[kRowOk][q] != 0 ? m(q, p) : 0;
+        total += c;
+        if (q < rank) dst += c;
+      }
+      P[kDestOk][p] = total <= m(p, world) ? 1 : 0;
+      P[kDstOff][p] = dst;
+      P[kSendCnt][p] = m(rank, p);
+      P[kRecvCnt][p] = P[kRowOk][p] != 0 ? m(p, rank) : 0;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const bool my_dest_ok = P[kDestOk][rank] != 0;
+      int64_t so = 0, ro = 0, incoming = 0;
       for (int p = 0; p < world; ++p) {
-        const int64_t c = m(rank, p);
-        if (dest_ok(p)) {
-          int64_t dst_off = 0;
-          for (int q = 0; q < rank; ++q) dst_off += row_ok(q) ? m(q, p) : 0;
-          char* to = p == rank ? a.recv + dst_off * es : peer(a.dst, p) + dst_off * es;
-          copy_share(to, a.send + src_off * es, c * es, b, G);
+        P[kSendOff][p] = so;
+        so += P[kSendCnt][p];
+        incoming += P[kRecvCnt][p];
+        if (!my_dest_ok) P[kRecvCnt][p] = 0;
+        P[kRecvOff][p] = ro;
+        ro += P[kRecvCnt][p];
+      }
+      // Outputs and error reports (block 0).
+      if (b == 0) {
+        for (int p = 0; p < world; ++p) {
+          if (a.counts_known) {
+            const int64_t c = P[kRowOk][p] != 0 ? m(p, rank) : 0;
+            if (P[kRowOk][p] != 0 && c != a.recv_counts[p]) {
+              record_op_error(s.error_record, OpErrorCode::count_mismatch, rank, p, c,
+                              a.recv_counts[p]);
+            }
+          } else if (a.recv_counts != nullptr) {
+            a.recv_counts[p] = P[kRecvCnt][p];
+          }
+          if (a.recv_offsets != nullptr) a.recv_offsets[p] = P[kRecvOff][p];
         }
-        src_off += c;
+        for (int t = 0; t < world; ++t) {
+          if (m(rank, t) < 0) {
+            record_op_error(s.error_record, OpErrorCode::negative_count, rank, t, m(rank, t), 0);
+            break;
+          }
+        }
+        if (!my_dest_ok) {
+          record_op_error(s.error_record, OpErrorCode::capacity, rank, -1, incoming, a.capacity);
+        }
+      }
+    }
+    __syncthreads();
+    // 3. Push this rank's pieces (nothing when its own row is bad).
+    if (P[kRowOk][rank] != 0) {
+      for (int i = 0; i < world; ++i) {
+        const int p = rank + i < world ? rank + i : rank + i - world;
+        if (P[kDestOk][p] == 0) continue;
+        char* to = (p == rank ? a.recv : peer(a.dst, p)) + P[kDstOff][p] * es;
+        copy_share(to, a.send + P[kSendOff][p] * es, P[kSendCnt][p] * es, b, G);
       }
     }
   }
+  // The matrix is not read after this block's B2 signal (a peer may then start the next op).
   ok = ok && block_barrier(s, flag_value(epoch, 2), deadline);
   if (ok && a.copy_out_src != nullptr) {
     for (int p = 0; p < world; ++p) {
       if (p == rank) continue;
-      copy_share(a.recv + plan[p] * es, a.copy_out_src + plan[p] * es, plan[world + p] * es, b, G);
+      const int64_t off = P[kRecvOff][p] * es;
+      copy_share(a.recv + off, a.copy_out_src + off, P[kRecvCnt][p] * es, b, G);
     }
   }
   finish_epoch(s, epoch);
@@ -132,7 +146,7 @@ __global__ void __launch_bounds__(kThreads, 2) a2av_kernel(const AllToAllVArgs a
 }  // namespace
 
 int launch_all_to_all_v(const AllToAllVArgs& a, int blocks, void* stream) {
-  const size_t shared = 2 * static_cast<size_t>(a.sync.world) * sizeof(int64_t);
+  const size_t shared = kPlanArrays * static_cast<size_t>(a.sync.world) * sizeof(int64_t);
   a2av_kernel<<<blocks, kThreads, shared, static_cast<cudaStream_t>(stream)>>>(a);
   return static_cast<int>(cudaGetLastError());
 }

@@ -180,29 +180,26 @@ SYMMEM_KDEV void publish_desc(const SyncArgs& s) {
 }
 
 // After B1: true when every rank published the same descriptor (same answer on every rank and
-// every thread). Block 0 records a mismatch.
+// every thread; all threads call it). Block 0 records a mismatch.
 SYMMEM_KDEV bool desc_agree(const SyncArgs& s) {
-  __shared__ int bad;
-  if (threadIdx.x == 0) {
-    bad = 0;
-    const int64_t* t = reinterpret_cast<const int64_t*>(peer(s.ctrl, s.rank) + s.desc_offset);
-    for (int p = 0; p < s.world && bad == 0; ++p) {
-      for (int k = 0; k < 4; ++k) {
-        if (__ldcg(t + 4 * p + k) != s.desc[k]) {
-          bad = 1;
-          if (blockIdx.x == 0) {
-            const int which = k < 2 ? 0 : 1;  // 0 send, 1 recv
-            record_op_error(s.error_record, OpErrorCode::zero_copy_mismatch, s.rank, p,
-                            (__ldcg(t + 4 * p + 2 * which) << 32) | which,
-                            __ldcg(t + 4 * p + 2 * which + 1));
-          }
-          break;
-        }
-      }
+  const int64_t* t = reinterpret_cast<const int64_t*>(peer(s.ctrl, s.rank) + s.desc_offset);
+  int bad = 0;
+  for (int i = threadIdx.x; i < 4 * s.world; i += blockDim.x) {
+    if (__ldcg(t + i) != s.desc[i % 4]) bad = 1;
+  }
+  if (__syncthreads_or(bad) == 0) return true;
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    for (int i = 0; i < 4 * s.world; ++i) {
+      if (__ldcg(t + i) == s.desc[i % 4]) continue;
+      const int p = i / 4;
+      const int which = (i % 4) < 2 ? 0 : 1;  // 0 send, 1 recv
+      record_op_error(s.error_record, OpErrorCode::zero_copy_mismatch, s.rank, p,
+                      (__ldcg(t + 4 * p + 2 * which) << 32) | which,
+                      __ldcg(t + 4 * p + 2 * which + 1));
+      break;
     }
   }
-  __syncthreads();
-  return bad == 0;
+  return false;
 }
 
 // ---- block copy, any alignment ---------------------------------------------------------------

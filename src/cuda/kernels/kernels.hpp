@@ -33,7 +33,9 @@
 //   kernel in between (it received their packets or passed a barrier with them), and a peer
 //   starts that kernel only after it finished reading parity p.
 // A wait that passes its deadline records the failure in the process timeout record (layout of
-// DeviceHandle::timeout_record) and the kernel returns without finishing its work.
+// DeviceHandle::timeout_record) and the kernel returns without finishing its work. The recorded
+// "channel" is not a signal-pad channel: -1 - b for block b of a barrier kernel, -1000 for an
+// LL kernel; the recorded peer is the rank that never arrived.
 
 #include <cstddef>
 #include <cstdint>
