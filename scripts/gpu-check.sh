@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU check: build with CUDA (sm_90), run every GPU test with 1, 2 and 4 ranks sharing the GPU
 # under an MPS daemon (and one rank per GPU where there are several), run the GPU benchmarks
-# that exist, write full logs to OUTDIR and print a short summary table last.
+# that exist (symmem-bench --backend cuda, bench/torch_compare.py; the nccl and nvshmem plugins
+# have scripts/gpu-check-plugins.sh), write full logs to OUTDIR and print a short summary table last.
 #
 #   bash scripts/gpu-check.sh OUTDIR          (from the repository root, on the GPU machine)
 #
@@ -9,7 +10,10 @@
 # stopped at the end, nothing touches clocks/compute mode. Every step has a timeout and the
 # whole script keeps inside GPU_CHECK_BUDGET_S (default 540 s); a failing step does not stop
 # the others. Exit status: 0 when every step passed, 1 otherwise.
-# Knobs: GPU_CHECK_BUILD_DIR (default build-gpu), GPU_CHECK_BUDGET_S, GPU_CHECK_JOBS (16).
+# Knobs: GPU_CHECK_BUILD_DIR (default build-gpu), GPU_CHECK_BUDGET_S, GPU_CHECK_JOBS (16),
+# GPU_CHECK_SKIP (space-separated step-name prefixes to skip, e.g. "ctest_gpu_other bench_").
+# Order: configure, build, MPS, ctest_gpu_cuda, example, ctest_gpu_other, one rank per GPU,
+# torch_compare, symmem-bench (the budget cuts from the end).
 set -u -o pipefail
 
 OUT=${1:?usage: bash scripts/gpu-check.sh OUTDIR}
@@ -36,6 +40,14 @@ remaining() { echo $(( BUDGET - $(elapsed) )); }
 run_step() {
   local name=$1 limit=$2
   shift 2
+  local pat
+  for pat in ${GPU_CHECK_SKIP:-}; do
+    if [[ $name == $pat* ]]; then
+      ROWS+=("$name|skipped|0|GPU_CHECK_SKIP")
+      STEP_DETAIL=""
+      return 0
+    fi
+  done
   local left
   left=$(( $(remaining) - 10 ))
   (( left < limit )) && limit=$left
@@ -85,7 +97,7 @@ NGPU=${NGPU:-0}
 echo "   GPUs: $NGPU; logs: $OUT"
 
 # ---- configure and build ---------------------------------------------------------------------
-CMAKE_ARGS=(-S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
+CMAKE_ARGS=(-S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
             "-DCMAKE_CUDA_ARCHITECTURES=90-real;90-virtual" -DSYMMEM_WITH_CUDA=ON
             -DSYMMEM_BUILD_TESTS=ON)
 if python3 -c 'import nvidia.nvshmem' > /dev/null 2>&1; then
@@ -103,16 +115,26 @@ fi
 if [ -f "$ROOT/python/CMakeLists.txt" ] && python3 -c 'import nanobind' > /dev/null 2>&1; then
   CMAKE_ARGS+=(-DSYMMEM_BUILD_PYTHON=ON)
 fi
-run_step configure 120 cmake "${CMAKE_ARGS[@]}"
+if ! run_step configure 120 cmake "${CMAKE_ARGS[@]}"; then
+  if [[ " ${CMAKE_ARGS[*]} " == *" -DSYMMEM_BUILD_PYTHON=ON "* ]]; then
+    # Keep the C++ build and the tests going without the Python package.
+    run_step configure_without_python 120 cmake "${CMAKE_ARGS[@]}" -DSYMMEM_BUILD_PYTHON=OFF
+  fi
+fi
 grep -E '^-- symmem' "$OUT/configure.log" | sed 's/^/   /'
 STEP_DETAIL="ninja -j$JOBS -k 0"
 run_step build 330 ninja -C "$BUILD" -j "$JOBS" -k 0
 grep -E '^FAILED|error:' "$OUT/build.log" | head -10 | sed 's/^/   /'
 
-SYMMEM_RUN=$(find "$BUILD" -type f -name symmem-run -perm -u+x 2>/dev/null | head -1)
-SYMMEM_BENCH=$(find "$BUILD" -type f -name symmem-bench -perm -u+x 2>/dev/null | head -1)
-TEST_GPU_CUDA=$(find "$BUILD" -type f -name test_gpu_cuda -perm -u+x 2>/dev/null | head -1)
-EXAMPLE=$(find "$BUILD" -type f -name symmem_example_device_kernel -perm -u+x 2>/dev/null | head -1)
+# Built executables (not the copies the install test puts under tests/install/).
+find_exe() {
+  find "$BUILD" -path '*/tests/install' -prune -o -type f -name "$1" -perm -u+x -print 2>/dev/null |
+    head -1
+}
+SYMMEM_RUN=$(find_exe symmem-run)
+SYMMEM_BENCH=$(find_exe symmem-bench)
+TEST_GPU_CUDA=$(find_exe test_gpu_cuda)
+EXAMPLE=$(find_exe symmem_example_device_kernel)
 
 # ---- MPS ---------------------------------------------------------------------------------------
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
@@ -148,9 +170,20 @@ ctest_rows() {  # per-test rows from a ctest log
 }
 if [ -d "$BUILD" ]; then
   (cd "$BUILD" && ctest -N -L gpu > "$OUT/ctest_list.log" 2>&1)
-  STEP_DETAIL="$(grep -oE 'Total Tests: [0-9]+' "$OUT/ctest_list.log")"
-  run_step ctest_gpu 300 bash -c "cd '$BUILD' && ctest -L gpu --output-on-failure -j1"
-  while IFS= read -r row; do [ -n "$row" ] && ROWS+=("$row"); done < <(ctest_rows "$OUT/ctest_gpu.log" "  ")
+  # The cuda backend's own tests first (tests/gpu), then every other gpu-labelled test.
+  CUDA_TESTS='^(gpu_cuda_|test_cuda_plugin$)'
+  STEP_DETAIL="tests/gpu: cuda backend, 1/2/4 ranks" \
+    run_step ctest_gpu_cuda 240 bash -c "cd '$BUILD' && ctest -L gpu -R '$CUDA_TESTS' --output-on-failure -j1"
+  while IFS= read -r row; do [ -n "$row" ] && ROWS+=("$row"); done < <(ctest_rows "$OUT/ctest_gpu_cuda.log" "  ")
+  # The example (a user kernel on the device API) before the other issues' tests.
+  if [ -n "$SYMMEM_RUN" ] && [ -n "$EXAMPLE" ]; then
+    STEP_DETAIL="examples/device_kernel.cu, 2 ranks" \
+      run_step example_device_kernel 60 env SYMMEM_ALLOW_SHARED_GPU=1 SYMMEM_BACKEND=cuda \
+      SYMMEM_TIMEOUT_MS=30000 "$SYMMEM_RUN" -n 2 -- "$EXAMPLE"
+  fi
+  STEP_DETAIL="every other gpu-labelled test (gpu_ops, nccl, nvshmem, python...)" \
+    run_step ctest_gpu_other 300 bash -c "cd '$BUILD' && ctest -L gpu -E '$CUDA_TESTS' --output-on-failure -j1"
+  while IFS= read -r row; do [ -n "$row" ] && ROWS+=("$row"); done < <(ctest_rows "$OUT/ctest_gpu_other.log" "  ")
 fi
 
 # ---- one rank per GPU (only where there are several) ------------------------------------------
@@ -160,11 +193,14 @@ if (( NGPU > 1 )) && [ -n "$SYMMEM_RUN" ] && [ -n "$TEST_GPU_CUDA" ]; then
     "$SYMMEM_RUN" -n "$NGPU" -- "$TEST_GPU_CUDA"
 fi
 
-# ---- example -------------------------------------------------------------------------------------
-if [ -n "$SYMMEM_RUN" ] && [ -n "$EXAMPLE" ]; then
-  STEP_DETAIL="examples/device_kernel.cu, 2 ranks" \
-    run_step example_device_kernel 60 env SYMMEM_ALLOW_SHARED_GPU=1 SYMMEM_BACKEND=cuda \
-    SYMMEM_TIMEOUT_MS=30000 "$SYMMEM_RUN" -n 2 -- "$EXAMPLE"
+# ---- torch comparison (bench/torch_compare.py of the GPU collectives) ------------------------
+if [ -f "$ROOT/bench/torch_compare.py" ]; then
+  STEP_DETAIL="bench/torch_compare.py --quick (N=2,4, bf16, eager + graphs)" \
+    run_step torch_compare 200 env SYMMEM_BUILD_DIR="$BUILD" \
+    python3 "$ROOT/bench/torch_compare.py" --quick --build "$BUILD" --out "$OUT/torch_compare"
+  [ -f "$OUT/torch_compare/torch_compare.md" ] && cp "$OUT/torch_compare/torch_compare.md" "$OUT/"
+else
+  ROWS+=("torch_compare|absent|0|bench/torch_compare.py not in this tree")
 fi
 
 # ---- benchmarks ----------------------------------------------------------------------------------
@@ -180,34 +216,9 @@ if [ -n "$SYMMEM_RUN" ] && [ -n "$SYMMEM_BENCH" ]; then
     run_step bench_cuda_all_ops 120 env SYMMEM_ALLOW_SHARED_GPU=1 SYMMEM_TIMEOUT_MS=30000 \
     "$SYMMEM_RUN" -n 4 -- "$SYMMEM_BENCH" --backend cuda --op all --dtype bf16 \
     -b 4096 -e 4194304 -f 4 --json "$OUT/bench_cuda_all_ops.jsonl"
-  if [ -n "$(find "$BUILD" -name 'libsymmem_nccl.so' 2>/dev/null | head -1)" ]; then
-    # NCCL refuses two ranks on one GPU: one rank per GPU.
-    NP_NCCL=$(( NGPU > 1 ? NGPU : 1 ))
-    STEP_DETAIL="all_reduce bf16, $NP_NCCL rank(s)" \
-      run_step bench_nccl_all_reduce 60 env SYMMEM_TIMEOUT_MS=30000 "$SYMMEM_RUN" -n "$NP_NCCL" \
-      -- "$SYMMEM_BENCH" --backend nccl --op all_reduce --dtype bf16 -b 4096 -e 16777216 -f 4
-  fi
-  if [ -n "$(find "$BUILD" -name 'libsymmem_nvshmem.so' 2>/dev/null | head -1)" ]; then
-    # Full MPG mode: MPS plus an active-thread percentage that sums to <= 100 (GPU.md).
-    STEP_DETAIL="all_reduce bf16, 2 PEs, MPS 50%" \
-      run_step bench_nvshmem_all_reduce 60 env SYMMEM_ALLOW_SHARED_GPU=1 \
-      CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo \
-      NVSHMEM_REMOTE_TRANSPORT=none SYMMEM_TIMEOUT_MS=30000 "$SYMMEM_RUN" -n 2 -- \
-      "$SYMMEM_BENCH" --backend nvshmem --op all_reduce --dtype bf16 -b 4096 -e 16777216 -f 4
-  fi
 else
   ROWS+=("bench (symmem-bench)|absent|0|symmem-bench or symmem-run not built")
 fi
-if [ -f "$ROOT/bench/torch_compare.py" ]; then
-  STEP_DETAIL="bench/torch_compare.py (N=2,4, bf16, eager + graphs)" \
-    run_step torch_compare 200 env SYMMEM_BUILD_DIR="$BUILD" \
-    PYTHONPATH="$BUILD/python:$BUILD:$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" \
-    SYMMEM_PLUGIN_PATH="$(dirname "$(find "$BUILD" -name 'libsymmem.so' | head -1)")" \
-    python3 "$ROOT/bench/torch_compare.py"
-else
-  ROWS+=("torch_compare|absent|0|bench/torch_compare.py not in this tree")
-fi
-
 # ---- stop MPS, summary ---------------------------------------------------------------------------
 stop_mps
 {

@@ -83,3 +83,29 @@ TEST(HostLeftovers, NothingLeftBehind) {
   for (const auto& f : after) EXPECT_TRUE(before.count(f)) << "left in /dev/shm: " << f;
   fs::remove_all(tmpl);
 }
+
+// SYMMEM_BACKEND=nvshmem where no nvshmem plugin exists: every rank gets BackendUnavailable
+// listing the backends that do load. The job runs against a copy of libsymmem in a directory of
+// its own (LD_LIBRARY_PATH wins over RUNPATH), so the plugins of the build tree are not beside it.
+TEST(HostBackendSelection, SelectedBackendWithoutPlugin) {
+  namespace fs = std::filesystem;
+  char tmpl[] = "/tmp/symmem-noplugin-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  fs::path lib = SYMMEM_LIBRARY;
+  for (const auto& e : fs::directory_iterator(lib.parent_path())) {
+    std::string f = e.path().filename().string();
+    if (f.rfind("libsymmem.so", 0) == 0)
+      fs::copy(e.path(), fs::path(tmpl) / f, fs::copy_options::copy_symlinks);
+  }
+  auto r = run(
+      {"-n", "2", "--timeout", "100", "--", SYMMEM_MP_HOST,
+       "--gtest_filter=MpHost.UnavailableBackendNamesAvailableOnes"},
+      120, nullptr,
+      {"SYMMEM_BACKEND=nvshmem", std::string("LD_LIBRARY_PATH=") + tmpl, "SYMMEM_PLUGIN_PATH="});
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "[0] [       OK ] MpHost.UnavailableBackendNamesAvailableOnes"))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "[1] [       OK ] MpHost.UnavailableBackendNamesAvailableOnes"))
+      << r.out;
+  fs::remove_all(tmpl);
+}
