@@ -40,7 +40,7 @@ buf = st.empty((1 << 20,), dtype=torch.float32, device="cuda", group=g)
 
 @torch.compile(fullgraph=True)
 def layer(h, w):
-    buf.copy_(h @ w)  # write this rank's partial result into symmetric memory
+    buf.copy_((h @ w).view(-1))  # write this rank's partial result into symmetric memory
     torch.ops.symmem.all_reduce(buf, "sum", "auto", name)
     return torch.relu(buf)
 

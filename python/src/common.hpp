@@ -85,8 +85,8 @@ ArrayRef import_array(nb::handle obj, const char* op, const char* arg, Stream st
 
 // Registration of each part of the module.
 void bind_errors(nb::module_& m);
-void bind_core(nb::module_& m);   // types, env, stores, groups
-void bind_memory(nb::module_& m); // SymmetricMemory, SymmetricArray, allocate, empty
+void bind_core(nb::module_& m);    // types, env, stores, groups
+void bind_memory(nb::module_& m);  // SymmetricMemory, SymmetricArray, allocate, empty
 void bind_ops(nb::module_& m);
 
 // The process's default group (set by the first Group.from_env(), or set_default_group()).

@@ -84,7 +84,9 @@ struct ExportCtx {
   dl::ManagedTensorVersioned versioned{};
 };
 
-void legacy_deleter(dl::ManagedTensor* m) { delete static_cast<ExportCtx*>(m->manager_ctx); }
+void legacy_deleter(dl::ManagedTensor* m) {
+  delete static_cast<ExportCtx*>(m->manager_ctx);
+}
 void versioned_deleter(dl::ManagedTensorVersioned* m) {
   delete static_cast<ExportCtx*>(m->manager_ctx);
 }
@@ -96,8 +98,10 @@ void legacy_capsule_dtor(PyObject* cap) {
   PyObject *t, *v, *tb;
   PyErr_Fetch(&t, &v, &tb);
   auto* m = static_cast<dl::ManagedTensor*>(PyCapsule_GetPointer(cap, "dltensor"));
-  if (m) m->deleter(m);
-  else PyErr_Clear();
+  if (m)
+    m->deleter(m);
+  else
+    PyErr_Clear();
   PyErr_Restore(t, v, tb);
 }
 void versioned_capsule_dtor(PyObject* cap) {
@@ -106,8 +110,10 @@ void versioned_capsule_dtor(PyObject* cap) {
   PyErr_Fetch(&t, &v, &tb);
   auto* m =
       static_cast<dl::ManagedTensorVersioned*>(PyCapsule_GetPointer(cap, "dltensor_versioned"));
-  if (m) m->deleter(m);
-  else PyErr_Clear();
+  if (m)
+    m->deleter(m);
+  else
+    PyErr_Clear();
   PyErr_Restore(t, v, tb);
 }
 
@@ -124,8 +130,9 @@ nb::object export_dlpack(const Array& a, nb::handle stream, nb::handle max_versi
                          nb::handle dl_dev, nb::handle copy) {
   (void)stream;  // symmem memory carries no pending producer work of its own: nothing to order.
   if (!copy.is_none() && nb::cast<bool>(copy))
-    buffer_error("SymmetricArray.__dlpack__: copy=True is not supported (symmetric memory is "
-                 "exported without a copy)");
+    buffer_error(
+        "SymmetricArray.__dlpack__: copy=True is not supported (symmetric memory is "
+        "exported without a copy)");
   dl::Device dev = dl_device(a.device());
   if (!dl_dev.is_none()) {
     auto want_type = nb::cast<int32_t>(dl_dev[0]);
@@ -194,9 +201,11 @@ Device array_device(nb::handle obj, const char* op, const char* arg) {
   int id = nb::cast<int>(d[1]);
   switch (type) {
     case dl::kCPU:
-    case dl::kCUDAHost: return Device::cpu();
+    case dl::kCUDAHost:
+      return Device::cpu();
     case dl::kCUDA:
-    case dl::kCUDAManaged: return Device::cuda(id);
+    case dl::kCUDAManaged:
+      return Device::cuda(id);
     default:
       throw_invalid_argument(op, -1, arg,
                              "is on DLPack device type " + std::to_string(type) +
@@ -234,15 +243,16 @@ ArrayRef import_array(nb::handle obj, const char* op, const char* arg, Stream st
     auto* m = static_cast<dl::ManagedTensorVersioned*>(
         PyCapsule_GetPointer(cap.ptr(), "dltensor_versioned"));
     if (m->version.major != dl::kMajor)
-      throw_invalid_argument(op, -1, arg,
-                             "is exported with DLPack " + std::to_string(m->version.major) +
-                                 ".x; symmem reads 1.x");
+      throw_invalid_argument(
+          op, -1, arg,
+          "is exported with DLPack " + std::to_string(m->version.major) + ".x; symmem reads 1.x");
     r.read_only = (m->flags & dl::kFlagReadOnly) != 0;
     t = &m->dl_tensor;
   } else if (PyCapsule_IsValid(cap.ptr(), "dltensor")) {
     t = &static_cast<dl::ManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), "dltensor"))->dl_tensor;
   } else {
-    throw_invalid_argument(op, -1, arg, "returned something other than a DLPack capsule from __dlpack__");
+    throw_invalid_argument(op, -1, arg,
+                           "returned something other than a DLPack capsule from __dlpack__");
   }
   r.keep = std::move(cap);  // unconsumed: its destructor calls the producer's deleter
   r.data = static_cast<char*>(t->data) + t->byte_offset;
@@ -258,9 +268,9 @@ ArrayRef import_array(nb::handle obj, const char* op, const char* arg, Stream st
       if (t->shape[i] != 1 && t->strides[i] != expect) {
         std::string st;
         for (int j = 0; j < t->ndim; ++j) st += (j ? "," : "") + std::to_string(t->strides[j]);
-        throw_invalid_argument(op, -1, arg,
-                               "is not contiguous (strides (" + st +
-                                   ") in elements); pass a contiguous array");
+        throw_invalid_argument(
+            op, -1, arg,
+            "is not contiguous (strides (" + st + ") in elements); pass a contiguous array");
       }
       expect *= t->shape[i];
     }
@@ -366,8 +376,7 @@ void bind_sync(C& cls, const SymmetricMemory& (*get)(const typename C::Type&)) {
             nb::gil_scoped_release r;
             m.put_signal(dst, channel, t, s);
           },
-          "dst"_a, "channel"_a = 0, "timeout"_a.none() = nb::none(),
-          "stream"_a.none() = nb::none(),
+          "dst"_a, "channel"_a = 0, "timeout"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
           "Raises slot (channel, this rank) of dst's signal pad (after waiting for it to be 0).")
       .def(
           "wait_signal",
@@ -379,13 +388,16 @@ void bind_sync(C& cls, const SymmetricMemory& (*get)(const typename C::Type&)) {
             nb::gil_scoped_release r;
             m.wait_signal(src, channel, t, s);
           },
-          "src"_a, "channel"_a = 0, "timeout"_a.none() = nb::none(),
-          "stream"_a.none() = nb::none(),
+          "src"_a, "channel"_a = 0, "timeout"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
           "Waits until src raised slot (channel, src) of this rank's pad, then resets it.");
 }
 
-const SymmetricMemory& mem_of_mem(const SymmetricMemory& m) { return m; }
-const SymmetricMemory& mem_of_array(const Array& a) { return a.mem; }
+const SymmetricMemory& mem_of_mem(const SymmetricMemory& m) {
+  return m;
+}
+const SymmetricMemory& mem_of_array(const Array& a) {
+  return a.mem;
+}
 
 nb::tuple shape_tuple(const std::vector<int64_t>& shape) {
   nb::list l;
@@ -404,11 +416,13 @@ void bind_memory(nb::module_& m) {
       .def_ro("size", &DeviceHandle::size)
       .def_ro("num_channels", &DeviceHandle::num_channels)
       .def_ro("pad_slots", &DeviceHandle::pad_slots)
-      .def_prop_ro("buffers", [](const DeviceHandle& h) { return reinterpret_cast<uintptr_t>(h.buffers); })
+      .def_prop_ro("buffers",
+                   [](const DeviceHandle& h) { return reinterpret_cast<uintptr_t>(h.buffers); })
       .def_prop_ro("signal_pads",
                    [](const DeviceHandle& h) { return reinterpret_cast<uintptr_t>(h.signal_pads); })
-      .def_prop_ro("timeout_record",
-                   [](const DeviceHandle& h) { return reinterpret_cast<uintptr_t>(h.timeout_record); })
+      .def_prop_ro(
+          "timeout_record",
+          [](const DeviceHandle& h) { return reinterpret_cast<uintptr_t>(h.timeout_record); })
       .def_ro("timeout_ns", &DeviceHandle::timeout_ns)
       .def("__bytes__", [](const DeviceHandle& h) {
         return nb::bytes(reinterpret_cast<const char*>(&h), sizeof(h));
@@ -429,19 +443,25 @@ void bind_memory(nb::module_& m) {
       .def_prop_ro("alloc_id", &SymmetricMemory::alloc_id)
       .def(
           "ptr",
-          [](const SymmetricMemory& s, int peer) { return reinterpret_cast<uintptr_t>(s.ptr(peer)); },
+          [](const SymmetricMemory& s, int peer) {
+            return reinterpret_cast<uintptr_t>(s.ptr(peer));
+          },
           "peer"_a, "This view's start in peer's buffer (0 where not directly addressable).")
-      .def_prop_ro("ptrs_device",
-                   [](const SymmetricMemory& s) { return reinterpret_cast<uintptr_t>(s.ptrs_device()); })
+      .def_prop_ro(
+          "ptrs_device",
+          [](const SymmetricMemory& s) { return reinterpret_cast<uintptr_t>(s.ptrs_device()); })
       .def(
           "signal_pad_ptr",
           [](const SymmetricMemory& s, int peer) {
             return reinterpret_cast<uintptr_t>(s.signal_pad(peer));
           },
           "peer"_a)
-      .def("signal_pad", [](const SymmetricMemory& s, nb::handle peer) { return pad_array(s, peer); },
-           "peer"_a.none() = nb::none(), nb::sig("def signal_pad(self, peer: int | None = None) -> SymmetricArray"),
-           "peer's signal pad (default: this rank's) as a uint32 array (DLPack-capable).")
+      .def(
+          "signal_pad",
+          [](const SymmetricMemory& s, nb::handle peer) { return pad_array(s, peer); },
+          "peer"_a.none() = nb::none(),
+          nb::sig("def signal_pad(self, peer: int | None = None) -> SymmetricArray"),
+          "peer's signal pad (default: this rank's) as a uint32 array (DLPack-capable).")
       .def_prop_ro("signal_pad_bytes", &SymmetricMemory::signal_pad_bytes)
       .def_prop_ro("num_channels", &SymmetricMemory::num_channels)
       .def("direct_access", &SymmetricMemory::direct_access, "peer"_a)
@@ -480,14 +500,16 @@ void bind_memory(nb::module_& m) {
       .def_prop_ro("nbytes", &Array::nbytes)
       .def_prop_ro("itemsize", [](const Array& a) { return dtype_bytes(a.dtype); })
       .def_prop_ro("device", [](const Array& a) { return to_string(a.device()); })
-      .def_prop_ro("handle", [](const Array& a) { return a.mem; },
-                   "The SymmetricMemory (view) this array covers.")
+      .def_prop_ro(
+          "handle", [](const Array& a) { return a.mem; },
+          "The SymmetricMemory (view) this array covers.")
       .def_prop_ro("group", [](const Array& a) { return a.mem.group(); })
       .def_prop_ro("rank", [](const Array& a) { return a.mem.rank(); })
       .def_prop_ro("world_size", [](const Array& a) { return a.mem.world_size(); })
       .def_prop_ro("backend", [](const Array& a) { return a.mem.backend(); })
-      .def_prop_ro("buffer_rank", [](const Array& a) { return a.buffer_rank; },
-                   "The rank whose buffer (or pad) this array shows.")
+      .def_prop_ro(
+          "buffer_rank", [](const Array& a) { return a.buffer_rank; },
+          "The rank whose buffer (or pad) this array shows.")
       .def_prop_ro("is_signal_pad", [](const Array& a) { return a.pad; })
       .def("data_ptr", [](const Array& a) { return reinterpret_cast<uintptr_t>(a.data()); })
       .def(
@@ -514,8 +536,7 @@ void bind_memory(nb::module_& m) {
           "peer"_a,
           "The same array in peer's buffer (DLPack-capable; loads and stores reach the peer).")
       .def(
-          "signal_pad",
-          [](const Array& a, nb::handle peer) { return pad_array(a.mem, peer); },
+          "signal_pad", [](const Array& a, nb::handle peer) { return pad_array(a.mem, peer); },
           "peer"_a.none() = nb::none(),
           nb::sig("def signal_pad(self, peer: int | None = None) -> SymmetricArray"),
           "peer's signal pad (default: this rank's) as a uint32 array.")
@@ -532,9 +553,7 @@ void bind_memory(nb::module_& m) {
       .def("__dlpack_device__", &dlpack_device)
       .def(
           "numpy",
-          [](nb::handle self) {
-            return nb::module_::import_("numpy").attr("from_dlpack")(self);
-          },
+          [](nb::handle self) { return nb::module_::import_("numpy").attr("from_dlpack")(self); },
           nb::sig("def numpy(self) -> numpy.ndarray"), "numpy.from_dlpack(self): a view, no copy.")
       .def(
           "__array__",
@@ -547,7 +566,8 @@ void bind_memory(nb::module_& m) {
             return a;
           },
           "dtype"_a.none() = nb::none(), "copy"_a.none() = nb::none(),
-          nb::sig("def __array__(self, dtype: object = None, copy: bool | None = None) -> numpy.ndarray"))
+          nb::sig("def __array__(self, dtype: object = None, copy: bool | None = None) -> "
+                  "numpy.ndarray"))
       .def("__len__",
            [](const Array& a) {
              if (a.shape.empty()) throw nb::type_error("len() of a 0-d SymmetricArray");
@@ -556,13 +576,16 @@ void bind_memory(nb::module_& m) {
       .def("__repr__", [](const Array& a) {
         std::string sh = "(";
         for (size_t i = 0; i < a.shape.size(); ++i)
-          sh += std::to_string(a.shape[i]) + (a.shape.size() == 1 ? "," : i + 1 < a.shape.size() ? ", " : "");
+          sh += std::to_string(a.shape[i]) + (a.shape.size() == 1      ? ","
+                                              : i + 1 < a.shape.size() ? ", "
+                                                                       : "");
         sh += ")";
         return "symmem.SymmetricArray(shape=" + sh + ", dtype=" + dtype_name(a.dtype) +
-               ", device=" + to_string(a.device()) + ", rank=" + std::to_string(a.mem.rank()) + "/" +
-               std::to_string(a.mem.world_size()) + ", backend=" + a.mem.backend() +
+               ", device=" + to_string(a.device()) + ", rank=" + std::to_string(a.mem.rank()) +
+               "/" + std::to_string(a.mem.world_size()) + ", backend=" + a.mem.backend() +
                (a.pad ? ", signal_pad" : "") +
-               (a.buffer_rank != a.mem.rank() ? ", peer=" + std::to_string(a.buffer_rank) : "") + ")";
+               (a.buffer_rank != a.mem.rank() ? ", peer=" + std::to_string(a.buffer_rank) : "") +
+               ")";
       });
   bind_sync(arr, &mem_of_array);
 
@@ -630,7 +653,8 @@ void bind_memory(nb::module_& m) {
         return nb::make_tuple(name, why);
       },
       "group"_a, "device"_a.none() = "cpu",
-      nb::sig("def resolve_backend(group: Group, device: str | int | object = 'cpu') -> tuple[str, str]"),
+      nb::sig("def resolve_backend(group: Group, device: str | int | object = 'cpu') -> tuple[str, "
+              "str]"),
       "(backend, why): the backend that serves device for group.");
   m.def("available_backends", &available_backends);
 }

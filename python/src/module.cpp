@@ -79,24 +79,24 @@ void bind_errors(nb::module_& m) {
   g_exc[idx(ErrorCode::InvalidArgument)] =
       make_exc(m, "InvalidArgument", "A bad argument; the message names it. Also a ValueError.",
                PyExc_ValueError);
-  g_exc[idx(ErrorCode::Unsupported)] = make_exc(
-      m, "Unsupported",
-      "The backend cannot do this; the message names the backends that can. Also a "
-      "NotImplementedError.",
-      PyExc_NotImplementedError);
-  g_exc[idx(ErrorCode::Timeout)] = make_exc(
-      m, "Timeout", "A wait passed its deadline; the message names what was missing. Also a "
-                    "TimeoutError.",
-      PyExc_TimeoutError);
+  g_exc[idx(ErrorCode::Unsupported)] =
+      make_exc(m, "Unsupported",
+               "The backend cannot do this; the message names the backends that can. Also a "
+               "NotImplementedError.",
+               PyExc_NotImplementedError);
+  g_exc[idx(ErrorCode::Timeout)] =
+      make_exc(m, "Timeout",
+               "A wait passed its deadline; the message names what was missing. Also a "
+               "TimeoutError.",
+               PyExc_TimeoutError);
   g_exc[idx(ErrorCode::PeerFailure)] = make_exc(
       m, "PeerFailure", "A peer vanished (socket closed, process died). Also a ConnectionError.",
       PyExc_ConnectionError);
   g_exc[idx(ErrorCode::BackendUnavailable)] =
       make_exc(m, "BackendUnavailable",
                "The backend's plugin or its dependency cannot be loaded or used here.", nullptr);
-  g_exc[idx(ErrorCode::System)] =
-      make_exc(m, "SystemFailure", "An operating-system call failed. Also an OSError.",
-               PyExc_OSError);
+  g_exc[idx(ErrorCode::System)] = make_exc(
+      m, "SystemFailure", "An operating-system call failed. Also an OSError.", PyExc_OSError);
   g_exc[idx(ErrorCode::Cuda)] = make_exc(m, "CudaError", "A CUDA call failed.", nullptr);
   g_exc[idx(ErrorCode::Internal)] = make_exc(m, "InternalError", "A bug in symmem.", nullptr);
   nb::register_exception_translator(translate);
@@ -175,7 +175,8 @@ Stream to_stream(nb::handle s, const char* op, bool* is_none) {
   } catch (const nb::cast_error&) {
     throw_invalid_argument(op, -1, "stream", "does not hold an integer stream handle");
   }
-  if (value < 0) throw_invalid_argument(op, -1, "stream", "= " + std::to_string(value) + " is negative");
+  if (value < 0)
+    throw_invalid_argument(op, -1, "stream", "= " + std::to_string(value) + " is negative");
   return reinterpret_cast<Stream>(static_cast<uintptr_t>(value));
 }
 
@@ -226,18 +227,18 @@ struct DTypeName {
 };
 // The first name of each type is its canonical one.
 const DTypeName kDTypes[] = {
-    {"float32", {dl::kFloat, 32, 1}},  {"f32", {dl::kFloat, 32, 1}},
-    {"float", {dl::kFloat, 32, 1}},    {"float64", {dl::kFloat, 64, 1}},
-    {"f64", {dl::kFloat, 64, 1}},      {"double", {dl::kFloat, 64, 1}},
-    {"float16", {dl::kFloat, 16, 1}},  {"f16", {dl::kFloat, 16, 1}},
-    {"half", {dl::kFloat, 16, 1}},     {"bfloat16", {dl::kBfloat, 16, 1}},
-    {"bf16", {dl::kBfloat, 16, 1}},    {"int8", {dl::kInt, 8, 1}},
-    {"int16", {dl::kInt, 16, 1}},      {"int32", {dl::kInt, 32, 1}},
-    {"i32", {dl::kInt, 32, 1}},        {"int", {dl::kInt, 32, 1}},
-    {"int64", {dl::kInt, 64, 1}},      {"i64", {dl::kInt, 64, 1}},
-    {"long", {dl::kInt, 64, 1}},       {"uint8", {dl::kUInt, 8, 1}},
-    {"uint16", {dl::kUInt, 16, 1}},    {"uint32", {dl::kUInt, 32, 1}},
-    {"uint64", {dl::kUInt, 64, 1}},    {"bool", {dl::kBool, 8, 1}},
+    {"float32", {dl::kFloat, 32, 1}}, {"f32", {dl::kFloat, 32, 1}},
+    {"float", {dl::kFloat, 32, 1}},   {"float64", {dl::kFloat, 64, 1}},
+    {"f64", {dl::kFloat, 64, 1}},     {"double", {dl::kFloat, 64, 1}},
+    {"float16", {dl::kFloat, 16, 1}}, {"f16", {dl::kFloat, 16, 1}},
+    {"half", {dl::kFloat, 16, 1}},    {"bfloat16", {dl::kBfloat, 16, 1}},
+    {"bf16", {dl::kBfloat, 16, 1}},   {"int8", {dl::kInt, 8, 1}},
+    {"int16", {dl::kInt, 16, 1}},     {"int32", {dl::kInt, 32, 1}},
+    {"i32", {dl::kInt, 32, 1}},       {"int", {dl::kInt, 32, 1}},
+    {"int64", {dl::kInt, 64, 1}},     {"i64", {dl::kInt, 64, 1}},
+    {"long", {dl::kInt, 64, 1}},      {"uint8", {dl::kUInt, 8, 1}},
+    {"uint16", {dl::kUInt, 16, 1}},   {"uint32", {dl::kUInt, 32, 1}},
+    {"uint64", {dl::kUInt, 64, 1}},   {"bool", {dl::kBool, 8, 1}},
 };
 
 bool same(dl::DataType a, dl::DataType b) {
@@ -250,6 +251,12 @@ dl::DataType to_dtype(nb::handle d, const char* op) {
   std::string s;
   if (nb::isinstance<nb::str>(d)) {
     s = nb::cast<std::string>(d);
+  } else if (d.ptr() == reinterpret_cast<PyObject*>(&PyFloat_Type)) {
+    s = "float64";  // Python's float, as numpy reads it
+  } else if (d.ptr() == reinterpret_cast<PyObject*>(&PyLong_Type)) {
+    s = "int64";
+  } else if (d.ptr() == reinterpret_cast<PyObject*>(&PyBool_Type)) {
+    s = "bool";
   } else if (PyType_Check(d.ptr())) {
     s = nb::cast<std::string>(d.attr("__name__"));  // numpy.float32, ...
   } else {
@@ -271,7 +278,9 @@ std::string dtype_name(dl::DataType t) {
          ",lanes=" + std::to_string(t.lanes) + ")";
 }
 
-size_t dtype_bytes(dl::DataType t) { return (static_cast<size_t>(t.bits) * t.lanes + 7) / 8; }
+size_t dtype_bytes(dl::DataType t) {
+  return (static_cast<size_t>(t.bits) * t.lanes + 7) / 8;
+}
 
 std::optional<DType> to_symmem_dtype(dl::DataType t) {
   if (t.lanes != 1) return std::nullopt;
@@ -286,12 +295,18 @@ std::optional<DType> to_symmem_dtype(dl::DataType t) {
 
 dl::DataType from_symmem_dtype(DType t) {
   switch (t) {
-    case DType::f32: return {dl::kFloat, 32, 1};
-    case DType::f64: return {dl::kFloat, 64, 1};
-    case DType::f16: return {dl::kFloat, 16, 1};
-    case DType::bf16: return {dl::kBfloat, 16, 1};
-    case DType::i32: return {dl::kInt, 32, 1};
-    case DType::i64: return {dl::kInt, 64, 1};
+    case DType::f32:
+      return {dl::kFloat, 32, 1};
+    case DType::f64:
+      return {dl::kFloat, 64, 1};
+    case DType::f16:
+      return {dl::kFloat, 16, 1};
+    case DType::bf16:
+      return {dl::kBfloat, 16, 1};
+    case DType::i32:
+      return {dl::kInt, 32, 1};
+    case DType::i64:
+      return {dl::kInt, 64, 1};
   }
   return {dl::kFloat, 32, 1};
 }
@@ -394,7 +409,7 @@ class PythonStore final : public Store {
   static Bytes from_bytes(nb::handle v) {
     if (nb::isinstance<nb::str>(v)) return to_bytes(nb::cast<std::string>(v));
     nb::bytes b = nb::isinstance<nb::bytes>(v) ? nb::borrow<nb::bytes>(v)
-                                                : nb::bytes(nb::bytes(v));  // bytearray, ...
+                                               : nb::bytes(nb::bytes(v));  // bytearray, ...
     const auto* p = static_cast<const uint8_t*>(b.data());
     return Bytes(p, p + b.size());
   }
@@ -617,9 +632,9 @@ void bind_core(nb::module_& m) {
           [](std::optional<int> rank, std::optional<int> world_size, std::optional<int> local_rank,
              std::optional<int> local_world_size, std::optional<std::string> store_url,
              std::shared_ptr<Store> store, std::optional<std::string> token, nb::handle timeout) {
-            GroupOptions o = group_options(rank, world_size, local_rank, local_world_size,
-                                           store_url, std::move(store), token, timeout,
-                                           "Group.from_env");
+            GroupOptions o =
+                group_options(rank, world_size, local_rank, local_world_size, store_url,
+                              std::move(store), token, timeout, "Group.from_env");
             Group g;
             {
               nb::gil_scoped_release r;
@@ -645,9 +660,9 @@ void bind_core(nb::module_& m) {
           "create",
           [](std::shared_ptr<Store> store, int rank, int world_size, std::optional<int> local_rank,
              std::optional<int> local_world_size, nb::handle timeout) {
-            GroupOptions o = group_options(std::nullopt, std::nullopt, local_rank,
-                                           local_world_size, std::nullopt, nullptr, std::nullopt,
-                                           timeout, "Group.create");
+            GroupOptions o =
+                group_options(std::nullopt, std::nullopt, local_rank, local_world_size,
+                              std::nullopt, nullptr, std::nullopt, timeout, "Group.create");
             nb::gil_scoped_release r;
             return Group::create(std::move(store), rank, world_size, o);
           },
@@ -667,8 +682,9 @@ void bind_core(nb::module_& m) {
       .def_prop_ro("global_ranks", &Group::global_ranks)
       .def_prop_ro("store", &Group::store)
       .def_prop_ro("name", &Group::name)
-      .def_prop_ro("timeout", [](const Group& g) { return g.timeout().count() / 1000.0; },
-                   "Deadline of blocking calls, in seconds.")
+      .def_prop_ro(
+          "timeout", [](const Group& g) { return g.timeout().count() / 1000.0; },
+          "Deadline of blocking calls, in seconds.")
       .def("same_host", &Group::same_host, "peer"_a)
       .def("global_rank", &Group::global_rank, "group_rank"_a)
       .def("group_rank", &Group::group_rank, "global_rank"_a)
@@ -687,14 +703,16 @@ void bind_core(nb::module_& m) {
       });
 
   m.def(
-      "default_group", [] { return default_group_slot().is_valid() ? default_group_slot() : nb::none(); },
+      "default_group",
+      [] { return default_group_slot().is_valid() ? default_group_slot() : nb::none(); },
       nb::sig("def default_group() -> Group | None"),
       "The group ops use when none is given and the arrays are not symmetric (or None).");
   m.def(
       "set_default_group",
       [](nb::handle g) {
         if (!g.is_none() && !nb::isinstance<Group>(g))
-          throw_invalid_argument("set_default_group", -1, "group", "must be a symmem.Group or None");
+          throw_invalid_argument("set_default_group", -1, "group",
+                                 "must be a symmem.Group or None");
         default_group_slot() = nb::borrow(g);
       },
       "group"_a.none(), nb::sig("def set_default_group(group: Group | None) -> None"));

@@ -38,9 +38,9 @@ class OpCall {
       opts_.stream = s;
       opts_.device = d;
     } else if (!(d == *opts_.device)) {
-      throw_invalid_argument(op_, -1, arg,
-                             "is on " + to_string(d) + " but '" + first_arg_ + "' is on " +
-                                 to_string(*opts_.device));
+      throw_invalid_argument(
+          op_, -1, arg,
+          "is on " + to_string(d) + " but '" + first_arg_ + "' is on " + to_string(*opts_.device));
     }
     refs_.push_back(import_array(obj, op_, arg, opts_.stream));
     ArrayRef& r = refs_.back();
@@ -105,9 +105,9 @@ class OpCall {
 
   void same_dtype(const ArrayRef& a, const char* an, const ArrayRef& b, const char* bn) {
     if (a.dtype.code != b.dtype.code || a.dtype.bits != b.dtype.bits)
-      throw_invalid_argument(op_, rank(), bn,
-                             "has dtype " + dtype_name(b.dtype) + " but '" + an + "' has " +
-                                 dtype_name(a.dtype));
+      throw_invalid_argument(
+          op_, rank(), bn,
+          "has dtype " + dtype_name(b.dtype) + " but '" + an + "' has " + dtype_name(a.dtype));
   }
 
   [[noreturn]] void bad(const char* arg, const std::string& what) {
@@ -132,8 +132,9 @@ class OpCall {
 SymmetricMemory target_memory(OpCall& c, const ArrayRef& r, const char* arg, size_t* base_offset) {
   if (r.sym) {
     if (!r.sym->is_local())
-      c.bad(arg, "is a peer view or a signal pad; pass the array of this rank (the op names the "
-                 "peer)");
+      c.bad(arg,
+            "is a peer view or a signal pad; pass the array of this rank (the op names the "
+            "peer)");
     *base_offset = 0;
     return r.sym->mem;
   }
@@ -299,13 +300,13 @@ void bind_ops(nb::module_& m) {
             int64_t sum = 0;
             for (size_t i = 0; i < w; ++i) {
               if (p[i] < 0)
-                c.bad(name, "[" + std::to_string(i) + "] = " + std::to_string(p[i]) +
-                                " is negative");
+                c.bad(name,
+                      "[" + std::to_string(i) + "] = " + std::to_string(p[i]) + " is negative");
               sum += p[i];
             }
             if (static_cast<size_t>(sum) > limit)
-              c.bad(name, "sums to " + std::to_string(sum) + " elements but '" + of +
-                              "' holds " + std::to_string(limit));
+              c.bad(name, "sums to " + std::to_string(sum) + " elements but '" + of + "' holds " +
+                              std::to_string(limit));
           };
           check_sum(sc, "send_counts", s.numel, "send");
           if (recv_counts_known) check_sum(rc, "recv_counts", r.numel, "recv");
@@ -315,12 +316,12 @@ void bind_ops(nb::module_& m) {
         o.recv_counts_known = recv_counts_known;
         nb::gil_scoped_release rel;
         all_to_all_v(s.data, static_cast<const int64_t*>(sc.data), r.data,
-                     static_cast<int64_t*>(rc.data), static_cast<int64_t*>(ro.data), r.numel, t,
-                     g, o);
+                     static_cast<int64_t*>(rc.data), static_cast<int64_t*>(ro.data), r.numel, t, g,
+                     o);
       },
       "send"_a, "send_counts"_a, "recv"_a, "recv_counts"_a, "recv_offsets"_a, nb::kw_only(),
-      "recv_counts_known"_a = false, "group"_a.none() = nb::none(),
-      "stream"_a.none() = nb::none(), "timeout"_a.none() = nb::none(),
+      "recv_counts_known"_a = false, "group"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
+      "timeout"_a.none() = nb::none(),
       nb::sig("def all_to_all_v(send: object, send_counts: object, recv: object, "
               "recv_counts: object, recv_offsets: object, *, recv_counts_known: bool = False, "
               "group: Group | None = None, stream: object = None, "

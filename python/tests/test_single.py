@@ -83,6 +83,9 @@ def test_dtype_spellings(g):
     assert symmem.empty(2, dtype=np.dtype("int32"), group=g).dtype == "int32"
     assert symmem.empty(2, dtype="bf16", group=g).dtype == "bfloat16"
     assert symmem.empty(2, dtype="f16", group=g).itemsize == 2
+    assert symmem.empty(2, dtype=float, group=g).dtype == "float64"  # as numpy reads it
+    assert symmem.empty(2, dtype=int, group=g).dtype == "int64"
+    assert symmem.empty(2, dtype=bool, group=g).dtype == "bool"
 
 
 def test_default_group_and_zero_size(g):

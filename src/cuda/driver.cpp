@@ -4,6 +4,7 @@
 
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "core/log.hpp"
 #include "symmem/error.hpp"
@@ -13,6 +14,15 @@ namespace {
 
 using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t,
                                     CUdriverProcAddressQueryResult*);
+
+// cuGetProcAddress returns the newest form of an entry point at the requested version. For
+// these, CUDA 13.0 added a form with an extra CUcontext argument (cuCtxSynchronize_v2(ctx),
+// cuCtxGetDevice_v2(dev, ctx)) while <cuda.h> keeps declaring the old one under the plain name:
+// resolve them at 12.0 so that the pointers match the prototypes they are called through.
+int resolve_version(std::string_view name) {
+  if (name == "cuCtxSynchronize" || name == "cuCtxGetDevice") return 12000;
+  return CUDA_VERSION;
+}
 
 struct Loaded {
   Driver drv;
@@ -37,15 +47,16 @@ Loaded load() {
   }
   Driver& d = out.drv;
   std::string missing;
-#define SYMMEM_CU_RESOLVE_(name)                                                          \
-  {                                                                                       \
-    void* p = nullptr;                                                                    \
-    CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;                      \
-    if (gpa(#name, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &st) != CUDA_SUCCESS || \
-        p == nullptr) {                                                                   \
-      missing += std::string(missing.empty() ? "" : ", ") + #name;                        \
-    }                                                                                     \
-    d.name = reinterpret_cast<decltype(d.name)>(p);                                       \
+#define SYMMEM_CU_RESOLVE_(name)                                                    \
+  {                                                                                 \
+    void* p = nullptr;                                                              \
+    CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;                \
+    if (gpa(#name, &p, resolve_version(#name), CU_GET_PROC_ADDRESS_DEFAULT, &st) != \
+            CUDA_SUCCESS ||                                                         \
+        p == nullptr) {                                                             \
+      missing += std::string(missing.empty() ? "" : ", ") + #name;                  \
+    }                                                                               \
+    d.name = reinterpret_cast<decltype(d.name)>(p);                                 \
   }
   SYMMEM_CU_FUNCTIONS(SYMMEM_CU_RESOLVE_)
 #undef SYMMEM_CU_RESOLVE_

@@ -21,9 +21,13 @@ symmem::Group& world() {
   return g;
 }
 
-int env_int(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr ? std::atoi(v) : -1;
+// The first of these variables that is set (-1: none): the launchers' names for one value.
+int env_int(std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') return std::atoi(v);
+  }
+  return -1;
 }
 
 // A value only rank r would produce, of a size that varies with r.
@@ -37,10 +41,11 @@ symmem::Bytes payload(int r, int round) {
 
 TEST(MpGroup, RendezvousMatchesTheLauncher) {
   auto& g = world();
-  EXPECT_EQ(g.rank(), env_int("RANK"));
-  EXPECT_EQ(g.world_size(), env_int("WORLD_SIZE"));
-  EXPECT_EQ(g.local_rank(), env_int("LOCAL_RANK"));
-  EXPECT_EQ(g.local_world_size(), env_int("LOCAL_WORLD_SIZE"));
+  EXPECT_EQ(g.rank(), env_int({"SYMMEM_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}));
+  EXPECT_EQ(g.world_size(),
+            env_int({"SYMMEM_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"}));
+  EXPECT_EQ(g.local_rank(), g.rank());  // one host
+  EXPECT_EQ(g.local_world_size(), g.world_size());
   EXPECT_TRUE(g.single_host());
   EXPECT_EQ(g.name(), "g0");
   for (int p = 0; p < g.world_size(); ++p) EXPECT_TRUE(g.same_host(p));

@@ -1,0 +1,779 @@
+// Backend-agnostic entry points of ops.hpp: argument checks, device/backend resolution, the
+// collective agreement, then Backend::run().
+//
+// NOTE [collective agreement]
+// A collective only moves data once every rank knows that every rank's arguments are good and
+// agree. For CPU groups on one host each rank checks its own arguments locally, writes a small
+// descriptor (op, counts, dtype, op, root, which symmetric buffers it passed, all_to_all_v counts,
+// and its error message if its arguments were bad) into its part of the group's CPU workspace,
+// and the ranks meet at one barrier (host_ops_sync.hpp). Then every rank reads every descriptor
+// and takes the same decision: run, or throw. A rank that made a mistake throws its own
+// InvalidArgument; the others throw InvalidArgument naming that rank and its message. So a bad
+// argument on one rank never leaves the others waiting, and nothing has been touched.
+// Descriptors alternate between two slots by op sequence parity: the slot of op k is rewritten
+// at op k+2, which no rank can reach before every rank has passed op k+1's barrier (after
+// reading op k's descriptors).
+// GPU groups skip the agreement (their ops are enqueued on streams); their ranks check their own
+// arguments only.
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/check.hpp"
+#include "core/memory_registry.hpp"
+#include "core/workspace.hpp"
+#include "host/host_ops_sync.hpp"
+#include "symmem/backend.hpp"
+#include "symmem/env.hpp"
+#include "symmem/error.hpp"
+#include "symmem/ops.hpp"
+
+namespace symmem {
+namespace {
+
+// A local argument error, kept until the agreement so that peers learn about it.
+struct LocalError {
+  ErrorCode code = ErrorCode::InvalidArgument;
+  std::string message;
+  bool set() const { return !message.empty(); }
+};
+
+// Thrown inside validation; caught and turned into a LocalError.
+struct ArgFailure {
+  Error error;
+};
+
+[[noreturn]] void fail_arg(const char* op, int rank, std::string_view arg,
+                           const std::string& what) {
+  try {
+    throw_invalid_argument(op, rank, arg, what);
+  } catch (const Error& e) {
+    throw ArgFailure{e};
+  }
+}
+[[noreturn]] void fail(ErrorCode code, const char* op, int rank, const std::string& what) {
+  try {
+    throw_error(code, op, rank, what);
+  } catch (const Error& e) {
+    throw ArgFailure{e};
+  }
+}
+
+bool known_dtype(DType t) {
+  return static_cast<unsigned>(t) <= static_cast<unsigned>(DType::i64);
+}
+bool known_redop(ReduceOp o) {
+  return static_cast<unsigned>(o) <= static_cast<unsigned>(ReduceOp::max);
+}
+bool known_algo(Algo a) {
+  return static_cast<unsigned>(a) <= static_cast<unsigned>(Algo::two_shot);
+}
+
+Millis resolve_timeout(const char* op, int rank, Millis t) {
+  if (t.count() == -1) return Millis(env::get_int_or("SYMMEM_TIMEOUT_MS", 300000));
+  if (t.count() <= 0)
+    fail_arg(op, rank, "timeout",
+             "is " + std::to_string(t.count()) + " ms; use > 0, or -1 for SYMMEM_TIMEOUT_MS");
+  return t;
+}
+
+// What the core knows about one buffer argument.
+struct BufInfo {
+  SymmetricMemory sym;  // view covering the range when it lies in symmetric memory of the group
+};
+
+// Checks a buffer argument: null, alignment, ownership (another group, out of range).
+BufInfo check_buffer(const char* op, int rank, const Group& group, const char* arg, const void* p,
+                     size_t bytes, size_t align, bool required) {
+  BufInfo info;
+  if (p == nullptr) {
+    if (bytes > 0 && required)
+      fail_arg(op, rank, arg, "is null (" + std::to_string(bytes) + " bytes expected)");
+    return info;
+  }
+  if (align > 1 && reinterpret_cast<uintptr_t>(p) % align != 0) {
+    std::ostringstream os;
+    os << "= " << p << " is not aligned to " << align << " bytes (the element size)";
+    fail_arg(op, rank, arg, os.str());
+  }
+  SymmetricMemory any = find_symmetric_any(p);
+  if (!any.valid()) return info;  // ordinary memory
+  if (any.group().name() != group.name()) {
+    fail_arg(op, rank, arg,
+             "lies in " + describe(any) + ", which belongs to group '" + any.group().name() +
+                 "', not to this op's group '" + group.name() + "'");
+  }
+  info.sym = find_symmetric(group, p, bytes);
+  if (!info.sym.valid()) {
+    size_t off = static_cast<size_t>(static_cast<const char*>(p) -
+                                     static_cast<const char*>(any.ptr(any.rank())));
+    fail_arg(op, rank, arg,
+             "range of " + std::to_string(bytes) + " bytes at offset " + std::to_string(off) +
+                 " of " + describe(any) + " runs past its end (" +
+                 std::to_string(any.size() - std::min(off, any.size())) +
+                 " bytes left): the count is too large for this buffer");
+  }
+  return info;
+}
+
+bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
+  if (!a || !b || an == 0 || bn == 0) return false;
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + bn && y < x + an;
+}
+
+size_t checked_bytes(const char* op, int rank, const char* arg, size_t count, size_t es,
+                     size_t factor = 1) {
+  size_t bytes = 0;
+  if (__builtin_mul_overflow(count, es, &bytes) || __builtin_mul_overflow(bytes, factor, &bytes) ||
+      bytes > (size_t{1} << 48)) {
+    fail_arg(op, rank, arg,
+             "= " + std::to_string(count) + " is too large (the byte size overflows)");
+  }
+  return bytes;
+}
+
+// ---- per-group op sequence ------------------------------------------------------------------
+uint64_t next_seq(const Group& group) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, uint64_t> seqs;
+  std::lock_guard<std::mutex> lock(mu);
+  return seqs[group.name()]++;
+}
+
+// ---- descriptor -------------------------------------------------------------------------------
+struct Desc {
+  uint64_t seq_plus_one;
+  int32_t kind, dtype, redop, algo, root, ok, err_code, recv_counts_known;
+  uint64_t count, recv_capacity;
+  int64_t send_alloc, send_off, recv_alloc, recv_off;
+  char message[400];
+};
+static_assert(sizeof(Desc) <= host::kDescFixedBytes);
+
+// What one op call looks like, for checking and running.
+struct Call {
+  Call(OpKind k, const char* name) : kind(k), op(name) {}
+  OpKind kind;
+  const char* op;
+  const Group* group = nullptr;
+  int rank = -1;
+  int world = 0;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;
+  DType dtype = DType::f32;
+  ReduceOp redop = ReduceOp::sum;
+  Algo algo = Algo::automatic;
+  int root = -1;
+  const int64_t* send_counts = nullptr;
+  int64_t* recv_counts = nullptr;
+  int64_t* recv_offsets = nullptr;
+  size_t recv_capacity = 0;
+  bool recv_counts_known = false;
+  SymmetricMemory send_sym, recv_sym;
+  size_t send_bytes = 0, recv_bytes = 0;
+  Device device;
+  std::shared_ptr<Backend> backend;
+  Millis timeout{0};
+};
+
+std::string backends_supporting(OpKind kind, DType dtype) {
+  std::string out;
+  std::vector<std::string> names;
+  try {
+    names = available_backends();
+  } catch (const Error&) {
+  }
+  for (const auto& n : names) {
+    try {
+      auto b = get_backend(n);
+      if (b && b->supports(kind, dtype)) out += (out.empty() ? "" : ", ") + n;
+    } catch (const Error&) {
+    }
+  }
+  return out.empty() ? "none available here" : out;
+}
+
+// Picks the device and backend (see ops.hpp) and checks the backend can do the op.
+void resolve_backend_for(Call& c, const std::optional<Device>& requested) {
+  if (requested) {
+    c.device = *requested;
+  } else if (c.send_sym.valid()) {
+    c.device = c.send_sym.device();
+  } else if (c.recv_sym.valid()) {
+    c.device = c.recv_sym.device();
+  } else {
+    c.device = Device::cpu();
+  }
+  if (c.device.type != DeviceType::cpu && c.device.type != DeviceType::cuda)
+    fail_arg(c.op, c.rank, "device", "has an unknown type");
+  std::string name;
+  if (c.send_sym.valid() && c.send_sym.device() == c.device) {
+    name = c.send_sym.backend();
+  } else if (c.recv_sym.valid() && c.recv_sym.device() == c.device) {
+    name = c.recv_sym.backend();
+  } else {
+    name = resolve_backend(*c.group, c.device);
+  }
+  c.backend = get_backend(name);
+  if (!c.backend->supports(c.kind, c.dtype)) {
+    fail(ErrorCode::Unsupported, c.op, c.rank,
+         std::string("backend '") + name + "' has no " + c.op + " for dtype " + to_string(c.dtype) +
+             "; backends that have it: " + backends_supporting(c.kind, c.dtype));
+  }
+}
+
+OpArgs make_args(const Call& c, const OpOptions& o) {
+  OpArgs a;
+  a.kind = c.kind;
+  a.group = c.group;
+  a.device = c.device;
+  a.send = c.send;
+  a.recv = c.recv;
+  a.count = c.count;
+  a.dtype = c.dtype;
+  a.redop = c.redop;
+  a.algo = c.algo;
+  a.root = c.root;
+  a.send_counts = c.send_counts;
+  a.recv_counts = c.recv_counts;
+  a.recv_offsets = c.recv_offsets;
+  a.recv_capacity = c.recv_capacity;
+  a.recv_counts_known = c.recv_counts_known;
+  a.stream = o.stream;
+  a.timeout = c.timeout;
+  a.send_sym = c.send_sym;
+  a.recv_sym = c.recv_sym;
+  Group group = *c.group;
+  Device device = c.device;
+  a.workspace = [group, device](size_t bytes) { return group_workspace(group, device, bytes); };
+  return a;
+}
+
+void fill_desc(Desc& d, const Call& c, uint64_t seq, const LocalError& err) {
+  std::memset(&d, 0, sizeof(d));
+  d.seq_plus_one = seq + 1;
+  d.kind = static_cast<int32_t>(c.kind);
+  d.dtype = static_cast<int32_t>(c.dtype);
+  d.redop = static_cast<int32_t>(c.redop);
+  d.algo = static_cast<int32_t>(c.algo);
+  d.root = c.root;
+  d.ok = err.set() ? 0 : 1;
+  d.err_code = static_cast<int32_t>(err.code);
+  d.recv_counts_known = c.recv_counts_known ? 1 : 0;
+  d.count = c.count;
+  d.recv_capacity = c.recv_capacity;
+  d.send_alloc = c.send_sym.valid() ? static_cast<int64_t>(c.send_sym.alloc_id()) : -1;
+  d.send_off = c.send_sym.valid() ? static_cast<int64_t>(c.send_sym.offset()) : -1;
+  d.recv_alloc = c.recv_sym.valid() ? static_cast<int64_t>(c.recv_sym.alloc_id()) : -1;
+  d.recv_off = c.recv_sym.valid() ? static_cast<int64_t>(c.recv_sym.offset()) : -1;
+  std::snprintf(d.message, sizeof(d.message), "%s", err.message.c_str());
+}
+
+[[noreturn]] void throw_agreed(const char* op, int rank, const std::string& what) {
+  throw_error(ErrorCode::InvalidArgument, op, rank, what);
+}
+
+// The collective agreement (NOTE above). Returns normally when the op may run on every rank;
+// may clear c.send_sym / c.recv_sym when the ranks did not all pass the same symmetric buffer.
+void agree(Call& c, uint64_t seq, const LocalError& err) {
+  const int n = c.world, r = c.rank;
+  SymmetricMemory ws = group_workspace(*c.group, Device::cpu(), host::data_offset(n));
+  host::PadSync sync(ws, c.op, c.timeout);
+  char* mine = static_cast<char*>(ws.ptr(r)) + host::desc_offset(n, seq);
+  Desc d;
+  fill_desc(d, c, seq, err);
+  std::memcpy(mine, &d, sizeof(d));
+  int64_t* my_counts = reinterpret_cast<int64_t*>(mine + host::kDescFixedBytes);
+  if (c.kind == OpKind::all_to_all_v && !err.set()) {
+    std::memcpy(my_counts, c.send_counts, sizeof(int64_t) * n);
+    if (c.recv_counts_known) std::memcpy(my_counts + n, c.recv_counts, sizeof(int64_t) * n);
+  }
+  sync.barrier();
+
+  std::vector<Desc> all(n);
+  std::vector<const int64_t*> counts(n);
+  for (int p = 0; p < n; ++p) {
+    const char* base = static_cast<const char*>(ws.ptr(p)) + host::desc_offset(n, seq);
+    std::memcpy(&all[p], base, sizeof(Desc));
+    counts[p] = reinterpret_cast<const int64_t*>(base + host::kDescFixedBytes);
+  }
+  // Out of step: some rank is in another op.
+  for (int p = 0; p < n; ++p) {
+    if (all[p].seq_plus_one != seq + 1 || all[p].kind != static_cast<int32_t>(c.kind)) {
+      const char* pk = all[p].kind >= 0 && all[p].kind < static_cast<int>(OpKind::kCount)
+                           ? to_string(static_cast<OpKind>(all[p].kind))
+                           : "?";
+      throw_error(ErrorCode::InvalidArgument, c.op, r,
+                  "ranks are out of step: this rank is in op #" + std::to_string(seq) + " (" +
+                      c.op + ") of the group, rank " + std::to_string(p) + " in op #" +
+                      std::to_string(all[p].seq_plus_one - 1) + " (" + pk +
+                      "); every rank must call the same collectives in the same order");
+    }
+  }
+  // A rank whose own arguments were bad: it throws its error, the others name it.
+  if (err.set()) throw Error(err.code, err.message);  // the message is complete already
+  for (int p = 0; p < n; ++p) {
+    if (!all[p].ok) {
+      throw_error(static_cast<ErrorCode>(all[p].err_code), c.op, r,
+                  "rank " + std::to_string(p) + " rejected its arguments, so no rank ran the op: " +
+                      std::string(all[p].message, strnlen(all[p].message, sizeof(all[p].message))));
+    }
+  }
+  // Arguments that must agree.
+  auto mismatch = [&](const char* arg, auto get) {
+    for (int p = 1; p < n; ++p) {
+      if (get(all[p]) != get(all[0])) {
+        std::ostringstream os;
+        os << "argument '" << arg << "' differs across ranks: rank 0 passed " << get(all[0])
+           << ", rank " << p << " passed " << get(all[p]) << "; no rank ran the op";
+        throw_agreed(c.op, r, os.str());
+      }
+    }
+  };
+  switch (c.kind) {
+    case OpKind::all_reduce:
+    case OpKind::reduce_scatter:
+      mismatch("op", [](const Desc& x) {
+        return std::string(to_string(static_cast<ReduceOp>(x.redop)));
+      });
+      [[fallthrough]];
+    case OpKind::all_gather:
+    case OpKind::all_to_all:
+    case OpKind::broadcast:
+      mismatch("count", [](const Desc& x) { return x.count; });
+      mismatch("dtype",
+               [](const Desc& x) { return std::string(to_string(static_cast<DType>(x.dtype))); });
+      break;
+    case OpKind::all_to_all_v:
+      mismatch("dtype",
+               [](const Desc& x) { return std::string(to_string(static_cast<DType>(x.dtype))); });
+      mismatch("recv_counts_known", [](const Desc& x) { return x.recv_counts_known; });
+      break;
+    default:
+      break;
+  }
+  if (c.kind == OpKind::all_reduce)
+    mismatch("algo",
+             [](const Desc& x) { return std::string(to_string(static_cast<Algo>(x.algo))); });
+  if (c.kind == OpKind::broadcast) mismatch("root", [](const Desc& x) { return x.root; });
+
+  if (c.kind == OpKind::all_to_all_v) {
+    // counts[p][q]: what p sends to q; counts[p][n + q]: what p expects from q (MPI style).
+    if (c.recv_counts_known) {
+      for (int q = 0; q < n; ++q) {
+        for (int p = 0; p < n; ++p) {
+          int64_t sent = counts[p][q], expected = counts[q][n + p];
+          if (sent == expected) continue;
+          std::string s = std::to_string(sent), e = std::to_string(expected);
+          if (r == q) {
+            throw_invalid_argument(c.op, r, "recv_counts",
+                                   "[" + std::to_string(p) + "] = " + e + " but rank " +
+                                       std::to_string(p) + " sends " + s +
+                                       " elements to this rank (its send_counts[" +
+                                       std::to_string(q) + "]); no rank moved data");
+          }
+          if (r == p) {
+            throw_invalid_argument(c.op, r, "send_counts",
+                                   "[" + std::to_string(q) + "] = " + s + " but rank " +
+                                       std::to_string(q) + " expects " + e +
+                                       " elements from this rank (its recv_counts[" +
+                                       std::to_string(p) + "]); no rank moved data");
+          }
+          throw_agreed(c.op, r,
+                       "ranks " + std::to_string(p) + " and " + std::to_string(q) +
+                           " disagree on all_to_all_v counts (rank " + std::to_string(p) +
+                           " sends " + s + ", rank " + std::to_string(q) + " expects " + e +
+                           "); no rank moved data");
+        }
+      }
+    }
+    for (int q = 0; q < n; ++q) {
+      uint64_t incoming = 0;
+      for (int p = 0; p < n; ++p) incoming += static_cast<uint64_t>(counts[p][q]);
+      if (incoming <= all[q].recv_capacity) continue;
+      if (r == q) {
+        throw_invalid_argument(c.op, r, "recv_capacity",
+                               "= " + std::to_string(all[q].recv_capacity) +
+                                   " elements, but the ranks send " + std::to_string(incoming) +
+                                   " elements to this rank; no rank moved data");
+      }
+      throw_agreed(c.op, r,
+                   "rank " + std::to_string(q) + " would receive " + std::to_string(incoming) +
+                       " elements, more than its recv_capacity " +
+                       std::to_string(all[q].recv_capacity) + "; no rank moved data");
+    }
+  }
+  // Zero copy only when every rank passed the same symmetric buffer at the same offset.
+  for (int p = 0; p < n; ++p) {
+    if (all[p].send_alloc < 0 || all[p].send_alloc != all[0].send_alloc ||
+        all[p].send_off != all[0].send_off)
+      c.send_sym = SymmetricMemory();
+    if (all[p].recv_alloc < 0 || all[p].recv_alloc != all[0].recv_alloc ||
+        all[p].recv_off != all[0].recv_off)
+      c.recv_sym = SymmetricMemory();
+  }
+}
+
+// Runs a collective: local checks (in `check`), agreement, backend run.
+template <class Check>
+void run_collective(Call& c, const OpOptions& o, Check&& check) {
+  if (!c.group || !c.group->valid())
+    throw_invalid_argument(c.op, -1, "group", "is not a valid group (default-constructed?)");
+  c.rank = c.group->rank();
+  c.world = c.group->world_size();
+  c.timeout = Millis(env::get_int_or("SYMMEM_TIMEOUT_MS", 300000));  // until checked below
+  // Preliminary device (the checks need to know whether counts live in device memory).
+  if (o.device) {
+    c.device = *o.device;
+  } else {
+    SymmetricMemory any = find_symmetric_any(c.send ? c.send : c.recv);
+    c.device = any.valid() ? any.device() : Device::cpu();
+  }
+  LocalError err;
+  try {
+    c.timeout = resolve_timeout(c.op, c.rank, o.timeout);
+    if (!known_dtype(c.dtype))
+      fail_arg(c.op, c.rank, "dtype",
+               "has unknown value " + std::to_string(static_cast<int>(c.dtype)));
+    check(c);
+    resolve_backend_for(c, o.device);
+  } catch (const ArgFailure& f) {
+    err.code = f.error.code();
+    err.message = f.error.what();
+  }
+  const bool agreement = c.world > 1 && !c.device.is_cuda();
+  if (agreement) {
+    agree(c, next_seq(*c.group), err);
+  } else if (err.set()) {
+    throw Error(err.code, err.message);
+  }
+  if (c.kind == OpKind::all_reduce && c.algo == Algo::automatic) {
+    std::string forced = env::get_string("SYMMEM_ALGO");
+    if (forced != "auto") c.algo = parse_algo(forced, "SYMMEM_ALGO");
+  }
+  OpArgs args = make_args(c, o);
+  c.backend->run(args);
+}
+
+void check_redop(const Call& c) {
+  if (!known_redop(c.redop))
+    fail_arg(c.op, c.rank, "op", "has unknown value " + std::to_string(static_cast<int>(c.redop)));
+}
+
+// send/recv pointer pair: each checked; overlap is only allowed in the op's in-place form.
+void check_pair(Call& c, size_t send_bytes, size_t recv_bytes, bool in_place) {
+  size_t es = dtype_size(c.dtype);
+  c.send_bytes = send_bytes;
+  c.recv_bytes = recv_bytes;
+  c.send_sym = check_buffer(c.op, c.rank, *c.group, "send", c.send, send_bytes, es, true).sym;
+  c.recv_sym = check_buffer(c.op, c.rank, *c.group, "recv", c.recv, recv_bytes, es, true).sym;
+  if (!in_place && overlaps(c.send, send_bytes, c.recv, recv_bytes)) {
+    fail_arg(c.op, c.rank, "recv",
+             "overlaps 'send' without being the in-place form of this op (see ops.hpp)");
+  }
+}
+
+}  // namespace
+
+// ---- all_reduce --------------------------------------------------------------------------------
+void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                const Group& group, const OpOptions& options) {
+  Call c(OpKind::all_reduce, "all_reduce");
+  c.group = &group;
+  c.send = send;
+  c.recv = recv;
+  c.count = count;
+  c.dtype = dtype;
+  c.redop = op;
+  c.algo = options.algo;
+  run_collective(c, options, [](Call& c) {
+    check_redop(c);
+    if (!known_algo(c.algo))
+      fail_arg(c.op, c.rank, "algo",
+               "has unknown value " + std::to_string(static_cast<int>(c.algo)));
+    size_t bytes = checked_bytes(c.op, c.rank, "count", c.count, dtype_size(c.dtype));
+    check_pair(c, bytes, bytes, c.send == c.recv);
+  });
+}
+
+void all_reduce(const SymmetricMemory& buf, size_t count, DType dtype, ReduceOp op,
+                const OpOptions& options) {
+  const char* name = "all_reduce";
+  check_usable(buf, name, "buf");
+  int rank = buf.rank();
+  if (!known_dtype(dtype))
+    throw_invalid_argument(name, rank, "dtype",
+                           "has unknown value " + std::to_string(static_cast<int>(dtype)));
+  size_t es = dtype_size(dtype);
+  size_t bytes = 0;
+  if (__builtin_mul_overflow(count, es, &bytes) || bytes > buf.size()) {
+    throw_invalid_argument(name, rank, "count",
+                           "= " + std::to_string(count) + " elements of " + to_string(dtype) +
+                               " do not fit " + describe(buf) + " (view of " +
+                               std::to_string(buf.size()) + " bytes holds " +
+                               std::to_string(buf.size() / es) + ")");
+  }
+  void* p = buf.ptr(rank);
+  if (p == nullptr) {
+    throw_error(ErrorCode::Unsupported, name, rank,
+                "this rank's part of " + describe(buf) + " is not addressable from the host");
+  }
+  Group group = buf.group();
+  OpOptions o = options;
+  if (!o.device) o.device = buf.device();
+  all_reduce(p, p, count, dtype, op, group, o);
+}
+
+// ---- reduce_scatter ----------------------------------------------------------------------------
+void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op,
+                    const Group& group, const OpOptions& options) {
+  Call c(OpKind::reduce_scatter, "reduce_scatter");
+  c.group = &group;
+  c.send = send;
+  c.recv = recv;
+  c.count = recv_count;
+  c.dtype = dtype;
+  c.redop = op;
+  run_collective(c, options, [](Call& c) {
+    check_redop(c);
+    size_t es = dtype_size(c.dtype);
+    size_t block = checked_bytes(c.op, c.rank, "recv_count", c.count, es);
+    size_t total = checked_bytes(c.op, c.rank, "recv_count", c.count, es, c.world);
+    // In place: recv == send + rank * recv_count.
+    const void* in_place = c.send ? static_cast<const char*>(c.send) + c.rank * block : nullptr;
+    check_pair(c, total, block, in_place != nullptr && c.recv == in_place);
+  });
+}
+
+// ---- all_gather --------------------------------------------------------------------------------
+void all_gather(const void* send, void* recv, size_t send_count, DType dtype, const Group& group,
+                const OpOptions& options) {
+  Call c(OpKind::all_gather, "all_gather");
+  c.group = &group;
+  c.send = send;
+  c.recv = recv;
+  c.count = send_count;
+  c.dtype = dtype;
+  run_collective(c, options, [](Call& c) {
+    size_t es = dtype_size(c.dtype);
+    size_t block = checked_bytes(c.op, c.rank, "send_count", c.count, es);
+    size_t total = checked_bytes(c.op, c.rank, "send_count", c.count, es, c.world);
+    // In place: send == recv + rank * send_count.
+    const void* in_place = c.recv ? static_cast<const char*>(c.recv) + c.rank * block : nullptr;
+    check_pair(c, block, total, in_place != nullptr && c.send == in_place);
+  });
+}
+
+// ---- all_to_all --------------------------------------------------------------------------------
+void all_to_all(const void* send, void* recv, size_t count, DType dtype, const Group& group,
+                const OpOptions& options) {
+  Call c(OpKind::all_to_all, "all_to_all");
+  c.group = &group;
+  c.send = send;
+  c.recv = recv;
+  c.count = count;
+  c.dtype = dtype;
+  run_collective(c, options, [](Call& c) {
+    size_t total = checked_bytes(c.op, c.rank, "count", c.count, dtype_size(c.dtype), c.world);
+    check_pair(c, total, total, c.send == c.recv);
+  });
+}
+
+// ---- all_to_all_v ------------------------------------------------------------------------------
+void all_to_all_v(const void* send, const int64_t* send_counts, void* recv, int64_t* recv_counts,
+                  int64_t* recv_offsets, size_t recv_capacity, DType dtype, const Group& group,
+                  const AllToAllVOptions& options) {
+  Call c(OpKind::all_to_all_v, "all_to_all_v");
+  c.group = &group;
+  c.send = send;
+  c.recv = recv;
+  c.dtype = dtype;
+  c.send_counts = send_counts;
+  c.recv_counts = recv_counts;
+  c.recv_offsets = recv_offsets;
+  c.recv_capacity = recv_capacity;
+  c.recv_counts_known = options.recv_counts_known;
+  run_collective(c, options, [](Call& c) {
+    if (!c.send_counts)
+      fail_arg(c.op, c.rank, "send_counts",
+               "is null (" + std::to_string(c.world) + " counts expected)");
+    if (!c.recv_counts)
+      fail_arg(c.op, c.rank, "recv_counts",
+               "is null (" + std::to_string(c.world) + " counts expected)");
+    if (c.device.is_cuda()) {
+      // Counts live in device memory: the backend checks them on the device.
+      size_t es = dtype_size(c.dtype);
+      size_t cap = checked_bytes(c.op, c.rank, "recv_capacity", c.recv_capacity, es);
+      c.recv_sym = check_buffer(c.op, c.rank, *c.group, "recv", c.recv, cap, es, true).sym;
+      c.send_sym = check_buffer(c.op, c.rank, *c.group, "send", c.send, 0, es, false).sym;
+      return;
+    }
+    if (overlaps(c.send_counts, 8 * c.world, c.recv_counts, 8 * c.world) ||
+        overlaps(c.recv_offsets, 8 * c.world, c.recv_counts, 8 * c.world))
+      fail_arg(c.op, c.rank, "recv_counts", "overlaps send_counts or recv_offsets");
+    size_t es = dtype_size(c.dtype);
+    size_t total = 0;
+    for (int p = 0; p < c.world; ++p) {
+      int64_t v = c.send_counts[p];
+      if (v < 0)
+        fail_arg(c.op, c.rank, "send_counts",
+                 "[" + std::to_string(p) + "] = " + std::to_string(v) + " is negative");
+      total += static_cast<size_t>(v);
+      if (c.recv_counts_known && c.recv_counts[p] < 0)
+        fail_arg(
+            c.op, c.rank, "recv_counts",
+            "[" + std::to_string(p) + "] = " + std::to_string(c.recv_counts[p]) + " is negative");
+    }
+    c.count = total;
+    size_t send_bytes = checked_bytes(c.op, c.rank, "send_counts", total, es);
+    size_t cap = c.recv_capacity;
+    if (c.recv_counts_known) {
+      size_t want = 0;
+      for (int p = 0; p < c.world; ++p) want += static_cast<size_t>(c.recv_counts[p]);
+      if (want > cap)
+        fail_arg(c.op, c.rank, "recv_capacity",
+                 "= " + std::to_string(cap) + " is smaller than the sum of recv_counts (" +
+                     std::to_string(want) + ")");
+    }
+    size_t recv_bytes = checked_bytes(c.op, c.rank, "recv_capacity", cap, es);
+    check_pair(c, send_bytes, recv_bytes, false);
+    if (c.send && c.recv && c.send == c.recv && send_bytes && recv_bytes)
+      fail_arg(c.op, c.rank, "recv",
+               "is the same buffer as 'send'; all_to_all_v has no in-place form");
+  });
+}
+
+// ---- broadcast ---------------------------------------------------------------------------------
+void broadcast(const void* send, void* recv, size_t count, DType dtype, int root,
+               const Group& group, const OpOptions& options) {
+  Call c(OpKind::broadcast, "broadcast");
+  c.group = &group;
+  c.send = send;
+  c.recv = recv;
+  c.count = count;
+  c.dtype = dtype;
+  c.root = root;
+  run_collective(c, options, [](Call& c) {
+    if (c.root < 0 || c.root >= c.world)
+      fail_arg(
+          c.op, c.rank, "root",
+          "= " + std::to_string(c.root) + " is out of range [0, " + std::to_string(c.world) + ")");
+    size_t bytes = checked_bytes(c.op, c.rank, "count", c.count, dtype_size(c.dtype));
+    size_t es = dtype_size(c.dtype);
+    c.recv_sym = check_buffer(c.op, c.rank, *c.group, "recv", c.recv, bytes, es, true).sym;
+    if (c.rank == c.root) {
+      c.send_sym = check_buffer(c.op, c.rank, *c.group, "send", c.send, bytes, es, true).sym;
+      if (overlaps(c.send, bytes, c.recv, bytes) && c.send != c.recv)
+        fail_arg(c.op, c.rank, "recv", "overlaps 'send' partially");
+    } else {
+      c.send = nullptr;  // read on the root only
+    }
+  });
+}
+
+// ---- put / get ---------------------------------------------------------------------------------
+namespace {
+void one_sided(OpKind kind, const SymmetricMemory& target, size_t offset, const void* src,
+               void* dst, size_t bytes, int peer, const P2POptions& o) {
+  const char* op = kind == OpKind::put ? "put" : "get";
+  const char* target_arg = kind == OpKind::put ? "dst" : "src";
+  check_usable(target, op, target_arg);
+  int rank = target.rank(), world = target.world_size();
+  if (peer < 0 || peer >= world)
+    throw_invalid_argument(
+        op, rank, "peer",
+        "= " + std::to_string(peer) + " is out of range [0, " + std::to_string(world) + ")");
+  size_t end = 0;
+  if (__builtin_add_overflow(offset, bytes, &end) || end > target.size()) {
+    throw_invalid_argument(
+        op, rank, kind == OpKind::put ? "dst_offset" : "src_offset",
+        "= " + std::to_string(offset) + " plus bytes = " + std::to_string(bytes) + " exceeds " +
+            describe(target) + " (view of " + std::to_string(target.size()) + " bytes)");
+  }
+  const void* local = kind == OpKind::put ? src : dst;
+  const char* local_arg = kind == OpKind::put ? "src" : "dst";
+  if (local == nullptr && bytes > 0) throw_invalid_argument(op, rank, local_arg, "is null");
+  if (o.signal && (o.channel < 0 || o.channel >= target.num_channels())) {
+    throw_invalid_argument(op, rank, "channel",
+                           "= " + std::to_string(o.channel) + " is out of range [0, " +
+                               std::to_string(target.num_channels()) + ") of " + describe(target));
+  }
+  Millis timeout = o.timeout;
+  if (timeout.count() == -1) timeout = Millis(env::get_int_or("SYMMEM_TIMEOUT_MS", 300000));
+  if (timeout.count() <= 0)
+    throw_invalid_argument(op, rank, "timeout",
+                           "is " + std::to_string(o.timeout.count()) + " ms; use > 0 or -1");
+  if (!target.direct_access(peer)) {
+    throw_error(ErrorCode::Unsupported, op, rank,
+                "rank " + std::to_string(peer) + "'s part of " + describe(target) +
+                    " is not directly addressable from this rank (backend " + target.backend() +
+                    ")");
+  }
+  auto backend = get_backend(target.backend());
+  if (!backend->supports(kind, DType::f32)) {
+    throw_error(ErrorCode::Unsupported, op, rank,
+                "backend '" + target.backend() + "' has no " + op +
+                    "; backends that have it: " + backends_supporting(kind, DType::f32));
+  }
+  if (o.device && !(*o.device == target.device())) {
+    throw_invalid_argument(op, rank, "device",
+                           "= " + to_string(*o.device) + " differs from the buffer's device " +
+                               to_string(target.device()));
+  }
+  OpArgs a;
+  a.kind = kind;
+  Group group = target.group();
+  a.group = &group;
+  a.device = target.device();
+  a.send = src;
+  a.recv = dst;
+  a.count = bytes;
+  a.root = peer;
+  a.target = target;
+  a.target_offset = offset;
+  a.signal = o.signal;
+  a.channel = o.channel;
+  a.stream = o.stream;
+  a.timeout = timeout;
+  Device device = target.device();
+  a.workspace = [group, device](size_t b) { return group_workspace(group, device, b); };
+  backend->run(a);
+}
+}  // namespace
+
+void put(const SymmetricMemory& dst, size_t dst_offset, const void* src, size_t bytes, int peer,
+         const P2POptions& options) {
+  one_sided(OpKind::put, dst, dst_offset, src, nullptr, bytes, peer, options);
+}
+
+void get(const SymmetricMemory& src, size_t src_offset, void* dst, size_t bytes, int peer,
+         const P2POptions& options) {
+  one_sided(OpKind::get, src, src_offset, nullptr, dst, bytes, peer, options);
+}
+
+// ---- barrier -----------------------------------------------------------------------------------
+void barrier(const Group& group, const OpOptions& options) {
+  Call c(OpKind::barrier, "barrier");
+  c.group = &group;
+  if (!group.valid()) throw_invalid_argument("barrier", -1, "group", "is not a valid group");
+  c.rank = group.rank();
+  c.world = group.world_size();
+  try {
+    c.timeout = resolve_timeout(c.op, c.rank, options.timeout);
+    resolve_backend_for(c, options.device);
+  } catch (const ArgFailure& f) {
+    throw f.error;
+  }
+  OpArgs args = make_args(c, options);
+  c.backend->run(args);
+}
+
+}  // namespace symmem

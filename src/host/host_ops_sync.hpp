@@ -1,0 +1,176 @@
+#pragma once
+
+// Synchronisation and workspace layout shared by the host collectives (host_ops.cpp) and the
+// argument agreement of the core (ops.cpp). Internal.
+//
+// NOTE [host ops signal channels]
+// Host ops synchronise over the signal pad of the group's CPU workspace (group_workspace(group,
+// cpu, ...)), never over the pads of users' buffers (put/get with a signal use the channel the
+// user names, on the user's buffer). They use the two HIGHEST channels of that pad:
+//   sync  = num_channels - 1 : counting semaphores, slot (sync * world + src) on the receiver's
+//                              pad; a sender adds 1, the receiver waits for > 0 and subtracts 1.
+//                              Zero at rest. Every op uses the same channel; counting makes
+//                              back-to-back barriers safe (a fast rank's next signal only raises
+//                              the count).
+//   sleep = num_channels - 2 : slot (sleep * world + r) on rank r's own pad is 1 while rank r
+//                              sleeps in futex_wait; a sender that sees it wakes the slot it
+//                              raised. (Dekker pattern: both sides use seq_cst.)
+// Channels below those are free for users of the workspace (none today).
+//
+// Waits spin (with pause) for a short while, then yield, then sleep on the futex of the slot
+// with a bounded slice; every wait has a deadline and its Timeout error names the op, this rank,
+// the awaited rank and the channel.
+//
+// Workspace layout (bytes from the start of each rank's workspace buffer):
+//   [0, desc_region)     two agreement descriptors (op sequence parity 0 and 1), written by
+//                        ops.cpp on the owner's buffer and read by every peer
+//   [counts, +8*world)   all_to_all_v send counts of the owner
+//   [data_offset, ...)   op data (staged inputs, partial results)
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "symmem/error.hpp"
+#include "symmem/memory.hpp"
+
+namespace symmem::host {
+
+using SyncClock = std::chrono::steady_clock;
+
+// ---- workspace layout -------------------------------------------------------------------------
+inline constexpr size_t kDescFixedBytes = 512;  // fixed fields + message
+inline size_t align_up(size_t v, size_t a) {
+  return (v + a - 1) / a * a;
+}
+inline size_t desc_slot_bytes(int world) {
+  return align_up(kDescFixedBytes + 2 * 8 * static_cast<size_t>(world), 64);
+}
+inline size_t desc_offset(int world, uint64_t seq) {
+  return (seq & 1) * desc_slot_bytes(world);
+}
+inline size_t counts_offset(int world) {
+  return 2 * desc_slot_bytes(world);
+}
+inline size_t data_offset(int world) {
+  return align_up(counts_offset(world) + 8 * static_cast<size_t>(world), 4096);
+}
+
+// ---- pad synchronisation ----------------------------------------------------------------------
+class PadSync {
+ public:
+  // `ws`: the group's CPU workspace. Throws InvalidArgument when the pad has fewer than 2
+  // channels (SYMMEM_SIGNAL_PAD_BYTES too small for this world size).
+  PadSync(const SymmetricMemory& ws, const char* op, std::chrono::milliseconds timeout)
+      : op_(op), rank_(ws.rank()), world_(ws.world_size()), timeout_(timeout) {
+    int nc = ws.num_channels();
+    if (nc < 2) {
+      throw_error(ErrorCode::InvalidArgument, op, rank_,
+                  "the signal pad of the group workspace has " + std::to_string(nc) +
+                      " channel(s) for " + std::to_string(world_) +
+                      " ranks; host ops need 2: raise SYMMEM_SIGNAL_PAD_BYTES");
+    }
+    sync_ch_ = nc - 1;
+    sleep_ch_ = nc - 2;
+    pads_.resize(world_);
+    for (int p = 0; p < world_; ++p) pads_[p] = ws.signal_pad(p);
+    deadline_ = SyncClock::now() + timeout_;
+    static const int cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+    oversubscribed_ = world_ > cpus;
+  }
+
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  int channel() const { return sync_ch_; }
+
+  // Raises slot (sync, me) on `peer`'s pad; data written before is visible to the peer after
+  // its wait() returns.
+  void signal(int peer) {
+    uint32_t* slot = pads_[peer] + static_cast<size_t>(sync_ch_) * world_ + rank_;
+    std::atomic_ref<uint32_t>(*slot).fetch_add(1, std::memory_order_seq_cst);
+    uint32_t* sleeping = pads_[peer] + static_cast<size_t>(sleep_ch_) * world_ + peer;
+    if (std::atomic_ref<uint32_t>(*sleeping).load(std::memory_order_seq_cst) != 0) {
+      syscall(SYS_futex, slot, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+    }
+  }
+
+  // Waits until `src` has signalled this rank (one count), then consumes it.
+  void wait(int src) {
+    uint32_t* slot = pads_[rank_] + static_cast<size_t>(sync_ch_) * world_ + src;
+    std::atomic_ref<uint32_t> s(*slot);
+    // Spin ~kSpinTime (not when ranks outnumber cores: the peer needs this core), then yield
+    // ~kYieldTime, then sleep.
+    if (!oversubscribed_) {
+      for (int i = 0; i < 64; ++i) {
+        if (s.load(std::memory_order_acquire) != 0) return consume(s);
+        __builtin_ia32_pause();
+      }
+    }
+    const auto t0 = SyncClock::now();
+    while (!oversubscribed_ && SyncClock::now() - t0 < kSpinTime) {
+      for (int i = 0; i < 64; ++i) {
+        if (s.load(std::memory_order_acquire) != 0) return consume(s);
+        __builtin_ia32_pause();
+      }
+    }
+    while (SyncClock::now() - t0 < kYieldTime) {
+      if (s.load(std::memory_order_acquire) != 0) return consume(s);
+      sched_yield();
+    }
+    std::atomic_ref<uint32_t> sleeping(
+        pads_[rank_][static_cast<size_t>(sleep_ch_) * world_ + rank_]);
+    while (true) {
+      sleeping.store(1, std::memory_order_seq_cst);
+      if (s.load(std::memory_order_seq_cst) != 0) break;
+      auto now = SyncClock::now();
+      if (now >= deadline_) {
+        sleeping.store(0, std::memory_order_seq_cst);
+        throw_error(ErrorCode::Timeout, op_, rank_,
+                    "timed out after " + std::to_string(timeout_.count()) +
+                        " ms waiting for rank " + std::to_string(src) + " (channel " +
+                        std::to_string(sync_ch_) +
+                        " of the group workspace's signal pad; is that rank still running "
+                        "the same sequence of ops?)");
+      }
+      auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline_ - now);
+      if (left > std::chrono::milliseconds(50)) left = std::chrono::milliseconds(50);
+      timespec ts{static_cast<time_t>(left.count() / 1000000000),
+                  static_cast<long>(left.count() % 1000000000)};
+      syscall(SYS_futex, slot, FUTEX_WAIT, 0, &ts, nullptr, 0);
+    }
+    sleeping.store(0, std::memory_order_relaxed);
+    consume(s);
+  }
+
+  // Full barrier over the group (every rank signals every other rank, then waits for all).
+  void barrier() {
+    for (int k = 1; k < world_; ++k) signal((rank_ + k) % world_);
+    for (int k = 1; k < world_; ++k) wait((rank_ + world_ - k) % world_);
+  }
+
+ private:
+  static void consume(std::atomic_ref<uint32_t>& s) { s.fetch_sub(1, std::memory_order_acq_rel); }
+
+  const char* op_;
+  int rank_;
+  int world_;
+  std::chrono::milliseconds timeout_;
+  int sync_ch_ = 0;
+  int sleep_ch_ = 0;
+  bool oversubscribed_ = false;
+  static constexpr std::chrono::microseconds kSpinTime{50};
+  static constexpr std::chrono::microseconds kYieldTime{500};
+  std::vector<uint32_t*> pads_;
+  SyncClock::time_point deadline_;
+};
+
+}  // namespace symmem::host

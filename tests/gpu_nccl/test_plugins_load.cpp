@@ -1,0 +1,51 @@
+// The nccl and nvshmem plugins load on a machine without a GPU (no unresolved symbols, their
+// dependencies found through the rpath), answer what they support, and refuse CPU memory with a
+// reason. Runs everywhere (label unit); the GPU behaviour is in test_gpu_nccl/test_gpu_nvshmem.
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "symmem/backend.hpp"
+#include "symmem/error.hpp"
+#include "symmem/store.hpp"
+
+namespace symmem {
+namespace {
+
+class PluginLoads : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PluginLoads, LoadsAndDescribesItself) {
+  const std::string name = GetParam();
+  std::shared_ptr<Backend> b;
+  try {
+    b = get_backend(name);
+  } catch (const Error& e) {
+    FAIL() << "get_backend(\"" << name << "\") failed: " << e.what();
+  }
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(std::string(b->name()), name);
+  for (OpKind k :
+       {OpKind::all_reduce, OpKind::reduce_scatter, OpKind::all_gather, OpKind::all_to_all,
+        OpKind::all_to_all_v, OpKind::broadcast, OpKind::put, OpKind::get}) {
+    EXPECT_TRUE(b->supports(k, DType::f32)) << to_string(k);
+    EXPECT_TRUE(b->supports(k, DType::bf16)) << to_string(k);
+    EXPECT_TRUE(b->supports(k, DType::f16)) << to_string(k);
+    EXPECT_FALSE(b->supports(k, DType::f64)) << to_string(k);
+  }
+  EXPECT_TRUE(b->supports(OpKind::barrier, DType::f32));
+  auto g = Group::create(std::make_shared<HashStore>(), 0, 1);
+  std::string why;
+  EXPECT_FALSE(b->can_serve(g, Device::cpu(), &why));
+  EXPECT_NE(why.find("CUDA devices only"), std::string::npos) << why;
+  EXPECT_EQ(b->extension("no_such_entry_point"), nullptr);
+  if (name == "nccl") {
+    EXPECT_NE(b->extension("use_nccl_comm"), nullptr);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Plugins, PluginLoads,
+                         ::testing::Values(std::string("nccl"), std::string("nvshmem")));
+
+}  // namespace
+}  // namespace symmem

@@ -1,0 +1,536 @@
+// symmem-bench: nccl-tests-style benchmark of symmem's collectives, verified.
+//
+//   symmem-run -n 4 symmem-bench                       # all_reduce f32 sum, a size sweep
+//   symmem-bench --op all --dtype bf16 -b 1K -e 64M -f 4 --json out.jsonl
+//
+// Sizes are bytes per rank (nccl-tests convention: the larger buffer of the op). Inputs are small
+// integers (exact in every dtype, and so are their sums and averages), so every result has one
+// exact answer; -c 1 (default) checks every element of every rank and the exit status is 1 when
+// any is wrong. Rank 0 prints the table; --json FILE gets one object per row.
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench_format.hpp"
+#include "bench_mem.hpp"
+#include "symmem/symmem.hpp"
+
+namespace symmem::bench {
+namespace {
+
+struct Options {
+  std::string backend = "auto";
+  std::string op = "all_reduce";
+  std::string dtype = "f32";
+  std::string redop = "sum";
+  std::string algo = "auto";
+  std::string mem = "sym";
+  size_t min_bytes = 4;
+  size_t max_bytes = 16 << 20;
+  double factor = 4;
+  int iters = 20;
+  int warmup = 5;
+  int check = 1;
+  int root = 0;
+  std::string json;
+};
+
+const char* kUsage =
+    "usage: symmem-bench [--backend auto|host|cuda|nvshmem|nccl] [--op OP|all] [--dtype T]\n"
+    "                    [--redop sum|avg|min|max] [--algo auto|one_shot|two_shot]\n"
+    "                    [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1]\n"
+    "                    [--root R] [--mem sym|plain] [--json FILE]\n"
+    "  OP: all_reduce reduce_scatter all_gather all_to_all all_to_all_v broadcast\n"
+    "  T: f32 f64 f16 bf16 i32 i64. Sizes: bytes per rank, with K/M/G suffixes (x1024).\n"
+    "  --mem sym: buffers in symmetric memory (zero copy); plain: ordinary memory (staged).\n"
+    "  Defaults: --op all_reduce --dtype f32 --redop sum -b 4 -e 16M -f 4 -n 20 -w 5 -c 1.\n";
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::cerr << "symmem-bench: " << msg << "\n" << kUsage;
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  auto value = [&](int& i) -> std::string {
+    if (i + 1 >= argc) usage_error(std::string("missing value after ") + argv[i]);
+    return argv[++i];
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    try {
+      if (a == "-h" || a == "--help") {
+        std::cout << kUsage;
+        std::exit(0);
+      } else if (a == "--backend")
+        o.backend = value(i);
+      else if (a == "--op")
+        o.op = value(i);
+      else if (a == "--dtype" || a == "-d")
+        o.dtype = value(i);
+      else if (a == "--redop" || a == "-o")
+        o.redop = value(i);
+      else if (a == "--algo")
+        o.algo = value(i);
+      else if (a == "--mem")
+        o.mem = value(i);
+      else if (a == "--json")
+        o.json = value(i);
+      else if (a == "-b" || a == "--minbytes")
+        o.min_bytes = parse_size(value(i));
+      else if (a == "-e" || a == "--maxbytes")
+        o.max_bytes = parse_size(value(i));
+      else if (a == "-f" || a == "--stepfactor")
+        o.factor = std::stod(value(i));
+      else if (a == "-n" || a == "--iters")
+        o.iters = std::stoi(value(i));
+      else if (a == "-w" || a == "--warmup_iters")
+        o.warmup = std::stoi(value(i));
+      else if (a == "-c" || a == "--check")
+        o.check = std::stoi(value(i));
+      else if (a == "--root")
+        o.root = std::stoi(value(i));
+      else
+        usage_error("unknown argument '" + a + "'");
+    } catch (const std::logic_error&) {
+      usage_error("bad value for " + a);
+    }
+  }
+  if (o.factor <= 1.0) usage_error("-f must be > 1");
+  if (o.iters < 1 || o.warmup < 0) usage_error("-n must be >= 1 and -w >= 0");
+  if (o.min_bytes > o.max_bytes) usage_error("-b must be <= -e");
+  if (o.mem != "sym" && o.mem != "plain") usage_error("--mem must be sym or plain");
+  if (o.check != 0 && o.check != 1) usage_error("-c must be 0 or 1");
+  return o;
+}
+
+// ---- exact values -----------------------------------------------------------------------------
+// Element i of rank r: a(i) + d(r, i) with sum_r d(r, i) = 0, so sum = n * a(i) and avg = a(i)
+// exactly; every value and partial sum is a small integer (|x| < 256), exact in f16 and bf16.
+double value(int r, size_t i, int n) {
+  double a = static_cast<double>(i % 9) - 4.0;
+  double b = n <= 64 ? static_cast<double>((i / 9) % 3) : 0.0;
+  return a + (r == 0 ? -(n - 1) * b : b);
+}
+
+double expected_reduce(size_t i, int n, ReduceOp op) {
+  double acc = value(0, i, n);
+  for (int r = 1; r < n; ++r) {
+    double v = value(r, i, n);
+    if (op == ReduceOp::sum || op == ReduceOp::avg) acc += v;
+    if (op == ReduceOp::min) acc = std::min(acc, v);
+    if (op == ReduceOp::max) acc = std::max(acc, v);
+  }
+  return op == ReduceOp::avg ? acc / n : acc;
+}
+
+// Exact for small integers (the only values used).
+uint16_t to_half(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffff) == 0) return static_cast<uint16_t>(u >> 16);
+  uint32_t sign = (u >> 16) & 0x8000, exp = ((u >> 23) & 0xff) - 127 + 15, mant = (u >> 13) & 0x3ff;
+  return static_cast<uint16_t>(sign | (exp << 10) | mant);
+}
+float from_half(uint16_t h) {
+  int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  float v = exp == 0    ? std::ldexp(static_cast<float>(mant), -24)
+            : exp == 31 ? (mant ? NAN : INFINITY)
+                        : std::ldexp(1.0f + mant / 1024.0f, exp - 15);
+  return (h & 0x8000) ? -v : v;
+}
+
+void encode(DType t, double v, void* out) {
+  float f = static_cast<float>(v);
+  switch (t) {
+    case DType::f32:
+      std::memcpy(out, &f, 4);
+      break;
+    case DType::f64:
+      std::memcpy(out, &v, 8);
+      break;
+    case DType::f16: {
+      uint16_t h = to_half(f);
+      std::memcpy(out, &h, 2);
+      break;
+    }
+    case DType::bf16: {
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      uint16_t h = static_cast<uint16_t>(u >> 16);
+      std::memcpy(out, &h, 2);
+      break;
+    }
+    case DType::i32: {
+      int32_t x = static_cast<int32_t>(v);
+      std::memcpy(out, &x, 4);
+      break;
+    }
+    case DType::i64: {
+      int64_t x = static_cast<int64_t>(v);
+      std::memcpy(out, &x, 8);
+      break;
+    }
+  }
+}
+
+double decode(DType t, const void* in) {
+  switch (t) {
+    case DType::f32: {
+      float f;
+      std::memcpy(&f, in, 4);
+      return f;
+    }
+    case DType::f64: {
+      double d;
+      std::memcpy(&d, in, 8);
+      return d;
+    }
+    case DType::f16: {
+      uint16_t h;
+      std::memcpy(&h, in, 2);
+      return from_half(h);
+    }
+    case DType::bf16: {
+      uint16_t h;
+      std::memcpy(&h, in, 2);
+      uint32_t u = static_cast<uint32_t>(h) << 16;
+      float f;
+      std::memcpy(&f, &u, 4);
+      return f;
+    }
+    case DType::i32: {
+      int32_t x;
+      std::memcpy(&x, in, 4);
+      return x;
+    }
+    case DType::i64: {
+      int64_t x;
+      std::memcpy(&x, in, 8);
+      return static_cast<double>(x);
+    }
+  }
+  return NAN;
+}
+
+// ---- one op -----------------------------------------------------------------------------------
+struct Shape {
+  size_t send_elems = 0, recv_elems = 0;  // per rank
+  size_t count = 0;                       // the op's count argument
+  size_t bytes = 0;                       // reported size (bytes per rank)
+};
+
+Shape shape_of(BenchOp op, size_t size, size_t es, int n) {
+  Shape s;
+  size_t elems = size / es;
+  switch (op) {
+    case BenchOp::all_reduce:
+    case BenchOp::broadcast:
+      s.count = s.send_elems = s.recv_elems = elems;
+      break;
+    case BenchOp::reduce_scatter:
+      s.count = elems / n;
+      s.send_elems = s.count * n;
+      s.recv_elems = s.count;
+      break;
+    case BenchOp::all_gather:
+      s.count = elems / n;
+      s.send_elems = s.count;
+      s.recv_elems = s.count * n;
+      break;
+    case BenchOp::all_to_all:
+    case BenchOp::all_to_all_v:
+      s.count = elems / n;
+      s.send_elems = s.recv_elems = s.count * n;
+      break;
+  }
+  s.bytes = std::max(s.send_elems, s.recv_elems) * es;
+  return s;
+}
+
+class Runner {
+ public:
+  Runner(const Group& g, const Options& o, DType dt, ReduceOp redop, Algo algo, Device device,
+         MemIO& io)
+      : g_(g), o_(o), dt_(dt), redop_(redop), algo_(algo), device_(device), io_(io) {}
+
+  // Returns false when the size is too small for this op (no row).
+  bool run(BenchOp op, size_t size, Row* row) {
+    const int n = g_.world_size(), r = g_.rank();
+    const size_t es = dtype_size(dt_);
+    Shape s = shape_of(op, size, es, n);
+    if (s.count == 0) return false;
+    ensure(s.send_elems * es, s.recv_elems * es);
+    std::vector<int64_t> counts(n, static_cast<int64_t>(s.count)), rcounts(n), roffs(n);
+    OpOptions oo;
+    oo.algo = algo_;
+    oo.device = device_;
+    AllToAllVOptions vo;
+    vo.device = device_;
+    vo.recv_counts_known = false;
+    int64_t *dcounts = counts.data(), *drc = rcounts.data(), *dro = roffs.data();
+    if (device_.is_cuda()) {  // counts live in device memory on GPU backends
+      dcounts = static_cast<int64_t*>(counts_dev_);
+      drc = dcounts + n;
+      dro = dcounts + 2 * n;
+      io_.upload(dcounts, counts.data(), n * sizeof(int64_t));
+    }
+    auto once = [&] {
+      switch (op) {
+        case BenchOp::all_reduce:
+          all_reduce(send_, recv_, s.count, dt_, redop_, g_, oo);
+          break;
+        case BenchOp::reduce_scatter:
+          reduce_scatter(send_, recv_, s.count, dt_, redop_, g_, oo);
+          break;
+        case BenchOp::all_gather:
+          all_gather(send_, recv_, s.count, dt_, g_, oo);
+          break;
+        case BenchOp::all_to_all:
+          all_to_all(send_, recv_, s.count, dt_, g_, oo);
+          break;
+        case BenchOp::all_to_all_v:
+          all_to_all_v(send_, dcounts, recv_, drc, dro, s.recv_elems, dt_, g_, vo);
+          break;
+        case BenchOp::broadcast:
+          broadcast(send_, recv_, s.count, dt_, o_.root, g_, oo);
+          break;
+      }
+    };
+
+    long long wrong = -1;
+    if (o_.check) {
+      fill_send(op, s, es);
+      std::vector<unsigned char> junk(s.recv_elems * es, 0xA5);
+      io_.upload(recv_, junk.data(), junk.size());
+      once();
+      io_.synchronize();
+      wrong = count_wrong(op, s, es);
+      if (op == BenchOp::all_to_all_v) {
+        if (device_.is_cuda()) io_.download(rcounts.data(), drc, n * sizeof(int64_t));
+        for (int p = 0; p < n; ++p) wrong += rcounts[p] != static_cast<int64_t>(s.count);
+      }
+    } else {
+      fill_send(op, s, es);
+    }
+    for (int i = 0; i < o_.warmup; ++i) once();
+    io_.synchronize();
+    barrier(g_);
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < o_.iters; ++i) once();
+    io_.synchronize();
+    auto t1 = std::chrono::steady_clock::now();
+    double us = std::chrono::duration<double, std::micro>(t1 - t0).count() / o_.iters;
+    // The slowest rank's time; wrong elements summed over ranks (host memory, host backend).
+    double t_all = us;
+    all_reduce(&us, &t_all, 1, DType::f64, ReduceOp::max, g_, host_opts());
+    long long w_all = wrong;
+    if (o_.check) all_reduce(&wrong, &w_all, 1, DType::i64, ReduceOp::sum, g_, host_opts());
+    *row = make_row(op, n, s.bytes, s.bytes / es, t_all);
+    row->wrong = o_.check ? w_all : -1;
+    (void)r;
+    return true;
+  }
+
+  ~Runner() { free_buffers(); }
+
+ private:
+  OpOptions host_opts() const {
+    OpOptions h;
+    h.device = Device::cpu();
+    return h;
+  }
+
+  void ensure(size_t send_bytes, size_t recv_bytes) {
+    if (send_ && send_cap_ >= send_bytes && recv_cap_ >= recv_bytes) return;
+    free_buffers();
+    send_cap_ = std::max<size_t>(send_bytes, 64);
+    recv_cap_ = std::max<size_t>(recv_bytes, 64);
+    if (o_.mem == "sym") {
+      send_sym_ = allocate(g_, send_cap_, device_);
+      recv_sym_ = allocate(g_, recv_cap_, device_);
+      send_ = send_sym_.ptr(g_.rank());
+      recv_ = recv_sym_.ptr(g_.rank());
+    } else {
+      send_ = io_.alloc(send_cap_);
+      recv_ = io_.alloc(recv_cap_);
+    }
+    if (device_.is_cuda() && !counts_dev_)
+      counts_dev_ = io_.alloc(3 * g_.world_size() * sizeof(int64_t));
+  }
+
+  void free_buffers() {
+    if (o_.mem == "plain") {
+      if (send_) io_.release(send_);
+      if (recv_) io_.release(recv_);
+    }
+    send_sym_ = SymmetricMemory();
+    recv_sym_ = SymmetricMemory();
+    send_ = recv_ = nullptr;
+  }
+
+  void fill_send(BenchOp op, const Shape& s, size_t es) {
+    const int n = g_.world_size(), r = g_.rank();
+    std::vector<unsigned char> host(s.send_elems * es);
+    if (op == BenchOp::broadcast && r != o_.root) {
+      // Non-root inputs are ignored; fill them with other values to catch mistakes.
+      for (size_t i = 0; i < s.send_elems; ++i) encode(dt_, 100.0, &host[i * es]);
+    } else {
+      for (size_t i = 0; i < s.send_elems; ++i) encode(dt_, value(r, i, n), &host[i * es]);
+    }
+    io_.upload(send_, host.data(), host.size());
+  }
+
+  long long count_wrong(BenchOp op, const Shape& s, size_t es) {
+    const int n = g_.world_size(), r = g_.rank();
+    std::vector<unsigned char> host(s.recv_elems * es);
+    io_.download(host.data(), recv_, host.size());
+    long long wrong = 0;
+    for (size_t j = 0; j < s.recv_elems; ++j) {
+      double want = 0;
+      size_t blk = s.count ? j / s.count : 0, i = s.count ? j % s.count : 0;
+      switch (op) {
+        case BenchOp::all_reduce:
+          want = expected_reduce(j, n, redop_);
+          break;
+        case BenchOp::reduce_scatter:
+          want = expected_reduce(r * s.count + j, n, redop_);
+          break;
+        case BenchOp::all_gather:
+          want = value(static_cast<int>(blk), i, n);
+          break;
+        case BenchOp::all_to_all:
+        case BenchOp::all_to_all_v:
+          want = value(static_cast<int>(blk), r * s.count + i, n);
+          break;
+        case BenchOp::broadcast:
+          want = value(o_.root, j, n);
+          break;
+      }
+      if (op == BenchOp::all_reduce || op == BenchOp::reduce_scatter) {
+        if ((dt_ == DType::i32 || dt_ == DType::i64) && redop_ == ReduceOp::avg)
+          want = std::trunc(want);
+      }
+      wrong += decode(dt_, &host[j * es]) != want;
+    }
+    return wrong;
+  }
+
+  Group g_;
+  const Options& o_;
+  DType dt_;
+  ReduceOp redop_;
+  Algo algo_;
+  Device device_;
+  MemIO& io_;
+  SymmetricMemory send_sym_, recv_sym_;
+  void* send_ = nullptr;
+  void* recv_ = nullptr;
+  void* counts_dev_ = nullptr;
+  size_t send_cap_ = 0, recv_cap_ = 0;
+};
+
+int main_impl(int argc, char** argv) {
+  Options o = parse(argc, argv);
+  std::vector<BenchOp> ops;
+  if (o.op == "all") {
+    ops = all_ops();
+  } else {
+    BenchOp one;
+    if (!parse_op(o.op, &one)) usage_error("unknown --op '" + o.op + "'");
+    ops.push_back(one);
+  }
+  DType dt = parse_dtype(o.dtype, "--dtype");
+  ReduceOp redop = parse_reduce_op(o.redop, "--redop");
+  Algo algo = parse_algo(o.algo, "--algo");
+
+  Group g = Group::from_env();
+  if (o.backend != "auto") select_backend(o.backend);
+  const bool gpu = o.backend == "cuda" || o.backend == "nccl" || o.backend == "nvshmem";
+  Device device = gpu ? Device::cuda(g.local_rank()) : Device::cpu();
+  std::unique_ptr<MemIO> io;
+  if (gpu) {
+    std::string why;
+    io = make_cuda_io(device.index, &why);
+    if (!io) {
+      std::cerr << "symmem-bench: rank " << g.rank() << ": backend " << o.backend << ": " << why
+                << "\n";
+      return 3;
+    }
+  } else {
+    io = make_host_io();
+  }
+  if (o.root < 0 || o.root >= g.world_size()) usage_error("--root out of range");
+  std::string backend = resolve_backend(g, device);
+  const bool lead = g.rank() == 0;
+  std::ofstream json;
+  if (lead && !o.json.empty()) {
+    json.open(o.json, std::ios::out | std::ios::trunc);
+    if (!json) {
+      std::cerr << "symmem-bench: cannot open --json file '" << o.json << "'\n";
+      return 2;
+    }
+  }
+  if (lead) {
+    std::printf(
+        "# symmem-bench %s: backend %s, ranks %d, memory %s, iters %d, warmup %d, check %d\n",
+        SYMMEM_VERSION_STRING, backend.c_str(), g.world_size(), o.mem.c_str(), o.iters, o.warmup,
+        o.check);
+  }
+  Runner runner(g, o, dt, redop, algo, device, *io);
+  long long total_wrong = 0;
+  for (BenchOp op : ops) {
+    std::string algo_name = op == BenchOp::all_reduce ? to_string(algo) : "-";
+    std::string redop_name = is_reduction(op) ? to_string(redop) : "none";
+    if (lead) {
+      std::printf("#\n# op %s, algorithm %s, dtype %s, redop %s%s\n", op_name(op),
+                  algo_name.c_str(), to_string(dt), redop_name.c_str(),
+                  op == BenchOp::broadcast ? (", root " + std::to_string(o.root)).c_str() : "");
+      std::printf("%s", table_header().c_str());
+      std::fflush(stdout);
+    }
+    for (double size = static_cast<double>(o.min_bytes);
+         size <= static_cast<double>(o.max_bytes) * 1.0000001; size *= o.factor) {
+      Row row;
+      if (!runner.run(op, static_cast<size_t>(size), &row)) continue;
+      row.backend = backend;
+      row.algo = algo_name;
+      row.dtype = to_string(dt);
+      row.redop = redop_name;
+      if (row.wrong > 0) total_wrong += row.wrong;
+      if (lead) {
+        std::printf("%s", table_row(row).c_str());
+        std::fflush(stdout);
+        if (json.is_open()) json << json_row(row) << std::flush;  // one object per line
+      }
+    }
+  }
+  if (lead) {
+    std::printf("#\n# %s: %lld wrong element(s)\n", total_wrong ? "FAILED" : "OK", total_wrong);
+  }
+  return total_wrong ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace symmem::bench
+
+int main(int argc, char** argv) {
+  try {
+    return symmem::bench::main_impl(argc, argv);
+  } catch (const symmem::Error& e) {
+    std::cerr << "symmem-bench: " << e.what() << " [" << symmem::to_string(e.code()) << "]\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "symmem-bench: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,104 @@
+#include "bench_mem.hpp"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+namespace symmem::bench {
+namespace {
+
+class HostIO final : public MemIO {
+ public:
+  void upload(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void download(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void synchronize() override {}
+  void* alloc(size_t n) override {
+    void* p = nullptr;
+    if (posix_memalign(&p, 4096, n ? n : 1) != 0) throw std::bad_alloc();
+    return p;
+  }
+  void release(void* p) override { std::free(p); }
+};
+
+// The few driver entry points the bench needs (CUDA driver API, stable ABI).
+using CUresult = int;
+using CUdeviceptr = unsigned long long;
+struct Driver {
+  CUresult (*cuInit)(unsigned);
+  CUresult (*cuDeviceGet)(int*, int);
+  CUresult (*cuDevicePrimaryCtxRetain)(void**, int);
+  CUresult (*cuCtxSetCurrent)(void*);
+  CUresult (*cuCtxSynchronize)();
+  CUresult (*cuMemcpy)(CUdeviceptr, CUdeviceptr, size_t);
+  CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
+  CUresult (*cuMemFree)(CUdeviceptr);
+};
+
+class CudaIO final : public MemIO {
+ public:
+  explicit CudaIO(const Driver& d) : d_(d) {}
+  void upload(void* dst, const void* src, size_t n) override { copy(dst, src, n, "upload"); }
+  void download(void* dst, const void* src, size_t n) override { copy(dst, src, n, "download"); }
+  void synchronize() override { check(d_.cuCtxSynchronize(), "cuCtxSynchronize"); }
+  void* alloc(size_t n) override {
+    CUdeviceptr p = 0;
+    check(d_.cuMemAlloc(&p, n ? n : 1), "cuMemAlloc");
+    return reinterpret_cast<void*>(p);
+  }
+  void release(void* p) override { d_.cuMemFree(reinterpret_cast<CUdeviceptr>(p)); }
+
+ private:
+  void copy(void* dst, const void* src, size_t n, const char* what) {
+    synchronize();
+    check(d_.cuMemcpy(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), n),
+          what);
+  }
+  static void check(CUresult r, const char* what) {
+    if (r != 0)
+      throw std::runtime_error(std::string(what) + " failed: CUresult " + std::to_string(r));
+  }
+  Driver d_;
+};
+
+template <class F>
+bool sym(void* lib, const char* name, F* out) {
+  *out = reinterpret_cast<F>(dlsym(lib, name));
+  return *out != nullptr;
+}
+
+}  // namespace
+
+std::unique_ptr<MemIO> make_host_io() {
+  return std::make_unique<HostIO>();
+}
+
+std::unique_ptr<MemIO> make_cuda_io(int device, std::string* why) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    if (why) *why = std::string("cannot load libcuda.so.1: ") + dlerror();
+    return nullptr;
+  }
+  Driver d{};
+  bool ok = sym(lib, "cuInit", &d.cuInit) && sym(lib, "cuDeviceGet", &d.cuDeviceGet) &&
+            sym(lib, "cuDevicePrimaryCtxRetain", &d.cuDevicePrimaryCtxRetain) &&
+            sym(lib, "cuCtxSetCurrent", &d.cuCtxSetCurrent) &&
+            sym(lib, "cuCtxSynchronize", &d.cuCtxSynchronize) &&
+            sym(lib, "cuMemcpy", &d.cuMemcpy) && sym(lib, "cuMemAlloc_v2", &d.cuMemAlloc) &&
+            sym(lib, "cuMemFree_v2", &d.cuMemFree);
+  if (!ok) {
+    if (why) *why = "libcuda.so.1 lacks a needed entry point";
+    return nullptr;
+  }
+  int dev = 0;
+  void* ctx = nullptr;
+  if (d.cuInit(0) != 0 || d.cuDeviceGet(&dev, device) != 0 ||
+      d.cuDevicePrimaryCtxRetain(&ctx, dev) != 0 || d.cuCtxSetCurrent(ctx) != 0) {
+    if (why) *why = "no usable CUDA device " + std::to_string(device);
+    return nullptr;
+  }
+  return std::make_unique<CudaIO>(d);
+}
+
+}  // namespace symmem::bench

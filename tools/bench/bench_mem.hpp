@@ -1,0 +1,28 @@
+#pragma once
+
+// Where symmem-bench's buffers live and how it reads/writes them. The host implementation is
+// memcpy; the CUDA one reaches the driver through dlopen("libcuda.so.1") (cuMemcpy with unified
+// addressing, cuCtxSynchronize), so the bench never links CUDA.
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace symmem::bench {
+
+class MemIO {
+ public:
+  virtual ~MemIO() = default;
+  virtual void upload(void* dst, const void* src, size_t bytes) = 0;    // host -> buffer
+  virtual void download(void* dst, const void* src, size_t bytes) = 0;  // buffer -> host
+  virtual void synchronize() = 0;  // waits for every enqueued op (device) / nothing (host)
+  // Ordinary (non-symmetric) memory of this kind; free with release().
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void release(void* p) = 0;
+};
+
+std::unique_ptr<MemIO> make_host_io();
+// nullptr (with `why`) when the driver cannot be loaded or has no device `device`.
+std::unique_ptr<MemIO> make_cuda_io(int device, std::string* why);
+
+}  // namespace symmem::bench
