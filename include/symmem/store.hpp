@@ -44,15 +44,25 @@ class SYMMEM_API Store {
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
   // If the value at `key` equals `expected` (absent matches an empty `expected`), replaces it with
   // `desired`. Returns the value now stored.
-  virtual Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) = 0;
+  virtual Bytes compare_set(const std::string& key, const Bytes& expected,
+                            const Bytes& desired) = 0;
   // Waits for all keys, returns their values in order.
   virtual std::vector<Bytes> multi_get(const std::vector<std::string>& keys, Millis timeout) = 0;
-  virtual void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) = 0;
+  virtual void multi_set(const std::vector<std::string>& keys,
+                         const std::vector<Bytes>& values) = 0;
   // Removes `key`; returns whether it existed.
   virtual bool remove(const std::string& key) = 0;
   // Non-blocking: do all these keys exist?
   virtual bool check(const std::vector<std::string>& keys) = 0;
   virtual int64_t num_keys() = 0;
+
+  // Disconnect keys ("last will"): asks the store to set `key` to `value` if this client's
+  // connection ends before cancel_on_disconnect(key) — the process exited or died, or the network
+  // dropped it. Peers waiting on this client can then fail fast instead of timing out. Returns
+  // false where the store has no connection to watch (HashStore, FileStore: the default); then
+  // callers rely on timeouts alone.
+  virtual bool set_on_disconnect(const std::string& key, const Bytes& value);
+  virtual void cancel_on_disconnect(const std::string& key);
 
   // Connects to "tcp://host:port" or opens "file:///path". `token` is presented to TCP servers
   // (empty: SYMMEM_STORE_TOKEN). Retries a refused TCP connection until `timeout`.
@@ -107,7 +117,8 @@ class SYMMEM_API FileStore final : public Store {
 // A server that goes away mid-call is a PeerFailure error.
 class SYMMEM_API TcpStore final : public Store {
  public:
-  TcpStore(const std::string& host, uint16_t port, const std::string& token, Millis connect_timeout);
+  TcpStore(const std::string& host, uint16_t port, const std::string& token,
+           Millis connect_timeout);
   ~TcpStore() override;
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key, Millis timeout) override;
@@ -119,6 +130,8 @@ class SYMMEM_API TcpStore final : public Store {
   bool remove(const std::string& key) override;
   bool check(const std::vector<std::string>& keys) override;
   int64_t num_keys() override;
+  bool set_on_disconnect(const std::string& key, const Bytes& value) override;
+  void cancel_on_disconnect(const std::string& key) override;
 
  private:
   struct Impl;

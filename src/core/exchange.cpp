@@ -42,9 +42,75 @@ StoreExchange::StoreExchange(std::shared_ptr<Store> store, std::string prefix, i
                    "= " << rank << " is outside [0, " << world_size << ")");
   SYMMEM_CHECK_ARG(op, rank, !prefix_.empty(), "prefix", "is empty");
   timeout_ = detail::resolve_timeout(timeout_);
+  dead_flag_ = prefix_ + "/dead";
+  dead_mine_ = prefix_ + "/dead/" + std::to_string(rank_);
+  try {
+    watch_ = store_->set_on_disconnect(dead_mine_, to_bytes(std::to_string(rank_))) &&
+             store_->set_on_disconnect(dead_flag_, to_bytes(std::to_string(rank_)));
+  } catch (const Error& e) {
+    // Failure detection then falls back to timeouts; the first real call reports a dead store.
+    SYMMEM_LOG(WARN, STORE) << "StoreExchange '" << prefix_ << "': rank " << rank_
+                            << ": cannot register disconnect keys: " << e.what();
+    watch_ = false;
+  }
 }
 
-StoreExchange::~StoreExchange() = default;
+StoreExchange::~StoreExchange() {
+  if (!watch_) return;
+  try {
+    store_->cancel_on_disconnect(dead_flag_);
+    store_->cancel_on_disconnect(dead_mine_);
+  } catch (...) {
+    // Destructors never throw; the store is gone or going.
+  }
+}
+
+std::vector<Bytes> StoreExchange::await(const std::vector<std::string>& keys,
+                                        const std::vector<int>& ranks, bool values,
+                                        const char* op) {
+  if (!watch_) {
+    if (values) return store_->multi_get(keys, timeout_);
+    store_->wait(keys, timeout_);
+    return {};
+  }
+  constexpr Millis kSlice(200);
+  const auto deadline = detail::deadline_after(timeout_);
+  for (;;) {
+    auto left = std::chrono::duration_cast<Millis>(deadline - detail::Clock::now());
+    if (left.count() < 0) left = Millis(0);
+    const bool last = left <= kSlice;
+    try {
+      if (values) return store_->multi_get(keys, last ? left : kSlice);
+      store_->wait(keys, last ? left : kSlice);
+      return {};
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::Timeout) throw;
+      if (last) {
+        std::vector<std::string> missing;
+        for (const auto& k : keys) {
+          if (!store_->check({k})) missing.push_back(k);
+        }
+        detail::throw_store_timeout(op, missing.empty() ? keys : missing, timeout_);
+      }
+    }
+    if (!store_->check({dead_flag_})) continue;
+    std::vector<int> gone;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (!store_->check({keys[i]}) &&
+          store_->check({prefix_ + "/dead/" + std::to_string(ranks[i])})) {
+        gone.push_back(ranks[i]);
+      }
+    }
+    if (gone.empty()) continue;
+    std::ostringstream os;
+    os << (gone.size() == 1 ? "rank " : "ranks ");
+    for (size_t i = 0; i < gone.size() && i < 64; ++i) os << (i ? ", " : "") << gone[i];
+    if (gone.size() > 64) os << " and " << gone.size() - 64 << " more";
+    os << (gone.size() == 1 ? " has" : " have")
+       << " left: the store connection closed before arriving (process exited or died)";
+    throw Error(ErrorCode::PeerFailure, os.str());  // the caller adds op, rank and call
+  }
+}
 
 namespace {
 
@@ -92,7 +158,9 @@ std::vector<Bytes> StoreExchange::gather(const Bytes& mine, const char* op) {
   std::vector<Bytes> out;
   try {
     store_->set(keys[rank_], mine);
-    out = store_->multi_get(keys, timeout_);
+    std::vector<int> ranks(world_size_);
+    for (int r = 0; r < world_size_; ++r) ranks[r] = r;
+    out = await(keys, ranks, true, op);
   } catch (const Error& e) {
     if (e.code() == ErrorCode::InvalidArgument) throw;
     rethrow_with_ranks(e, *store_, prefix_, seq, rank_, world_size_, -1, op, timeout_);
@@ -110,15 +178,19 @@ Bytes StoreExchange::broadcast(const Bytes& value, int root) {
   try {
     if (rank_ == root) {
       std::vector<std::string> others;
+      std::vector<int> ranks;
       for (int r = 0; r < world_size_; ++r) {
-        if (r != root) others.push_back(key_of(prefix_, seq, r));
+        if (r != root) {
+          others.push_back(key_of(prefix_, seq, r));
+          ranks.push_back(r);
+        }
       }
-      if (!others.empty()) store_->wait(others, timeout_);
+      if (!others.empty()) await(others, ranks, false, "StoreExchange::broadcast");
       store_->set(root_key, value);
       out = value;
     } else {
       store_->set(key_of(prefix_, seq, rank_), Bytes());
-      out = store_->get(root_key, timeout_);
+      out = std::move(await({root_key}, {root}, true, "StoreExchange::broadcast")[0]);
     }
   } catch (const Error& e) {
     if (e.code() == ErrorCode::InvalidArgument) throw;

@@ -6,6 +6,9 @@
 // ranks that did not arrive. Keys of call seq-1 are removed once call seq completes.
 // Every call (broadcast included) returns only after all ranks have entered it; see
 // NOTE [exchange keys and cleanup] in exchange.cpp. A negative timeout means SYMMEM_TIMEOUT_MS.
+// Peers that leave: where the store supports disconnect keys (TcpStore), each rank registers
+// "<prefix>/dead/<rank>" and "<prefix>/dead"; a rank waiting on a peer whose connection ended
+// fails within ~200 ms with PeerFailure naming it, instead of waiting for the timeout.
 // Not thread-safe: one exchange object is used by one thread at a time, and every rank must make
 // the same sequence of calls.
 
@@ -61,10 +64,18 @@ class SYMMEM_API StoreExchange {
   int rank_;
   int world_size_;
   std::vector<Bytes> gather(const Bytes& mine, const char* op);
+  // Waits for `keys` (those of `ranks`); returns their values when `values` is true. With
+  // disconnect keys it waits in slices and fails fast with PeerFailure once a rank it waits for has
+  // left.
+  std::vector<Bytes> await(const std::vector<std::string>& keys, const std::vector<int>& ranks,
+                           bool values, const char* op);
   void finish(uint64_t seq);  // removes this rank's key of call seq-1
 
   Millis timeout_;
   uint64_t seq_ = 0;
+  bool watch_ = false;     // the store watches our connection (disconnect keys registered)
+  std::string dead_flag_;  // "<prefix>/dead": set when any rank's connection ends
+  std::string dead_mine_;  // "<prefix>/dead/<rank>"
 };
 
 }  // namespace symmem

@@ -25,7 +25,7 @@ void store_u64(Bytes* out, uint64_t v) {
 }
 
 bool is_request(Op op) {
-  return op >= Op::kHello && op <= Op::kNumKeys;
+  return op >= Op::kHello && op <= Op::kCancelOnClose;
 }
 bool is_reply(Op op) {
   return op == Op::kOk || op == Op::kTimeout || op == Op::kError;
@@ -81,6 +81,7 @@ std::string check_shape(const Frame& f) {
       if (k == 0 && v == 1 && f.values[0].size() > kTcpMaxTokenBytes) return "token is too long";
       return want(k == 0 && v == 1, "0 keys and 1 value");
     case Op::kSet:
+    case Op::kSetOnClose:
       return want(k == 1 && v == 1, "1 key and 1 value");
     case Op::kGet:
       if (f.num < 0) return "get with a negative timeout";
@@ -91,6 +92,7 @@ std::string check_shape(const Frame& f) {
       return want(v == 0, "0 values");
     case Op::kAdd:
     case Op::kRemove:
+    case Op::kCancelOnClose:
       return want(k == 1 && v == 0, "1 key and 0 values");
     case Op::kCompareSet:
       return want(k == 1 && v == 2, "1 key and 2 values");
@@ -136,6 +138,10 @@ const char* op_name(Op op) noexcept {
       return "check";
     case Op::kNumKeys:
       return "num_keys";
+    case Op::kSetOnClose:
+      return "set_on_disconnect";
+    case Op::kCancelOnClose:
+      return "cancel_on_disconnect";
     case Op::kOk:
       return "ok";
     case Op::kTimeout:

@@ -30,6 +30,9 @@
 //   kRemove      1, 0, 0
 //   kCheck       n, 0, 0
 //   kNumKeys     0, 0, 0
+//   kSetOnClose  1, 1, 0                                 server sets key=value when this
+//                                                        connection ends (not on server stop)
+//   kCancelOnClose 1, 0, 0                               forgets that; num = 1 if it existed
 // Replies:
 //   kOk          results: values (get, multi_get, compare_set) or num (add, remove, check,
 //                num_keys: the integer / 0 or 1)
@@ -55,6 +58,8 @@ inline constexpr size_t kTcpMaxTokenBytes = 4096;
 inline constexpr size_t kTcpMaxBodyBytes = 2 * kStoreMaxValueBytes + (16u << 20);
 // Body limit before the client has presented its token (a kHello frame and nothing else).
 inline constexpr size_t kTcpMaxHelloBodyBytes = kTcpMaxTokenBytes + 64;
+// Disconnect keys one connection may register.
+inline constexpr size_t kTcpMaxDisconnectKeys = 4096;
 
 enum class Op : uint8_t {
   kHello = 1,
@@ -68,6 +73,8 @@ enum class Op : uint8_t {
   kRemove = 9,
   kCheck = 10,
   kNumKeys = 11,
+  kSetOnClose = 12,
+  kCancelOnClose = 13,
   kOk = 0x80,
   kTimeout = 0x81,
   kError = 0x82,

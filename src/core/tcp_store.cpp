@@ -124,6 +124,8 @@ struct Conn {
   uint64_t park_gen = 0;
   Frame req;
   Clock::time_point deadline;
+  // Disconnect keys: set when this connection ends (not when the server stops).
+  std::vector<std::pair<std::string, Bytes>> on_close;
 
   size_t in_pending() const { return in.size() - in_off; }
   size_t out_pending() const { return out.size() - out_off; }
@@ -215,7 +217,14 @@ void TcpStoreServer::Impl::close_conn(Conn* c, bool warn, const std::string& rea
   }
   epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c->fd, nullptr);
   ::close(c->fd);
+  auto on_close = std::move(c->on_close);
+  std::string peer = c->peer;
   conns.erase(c->id);  // destroys *c
+  for (auto& [key, value] : on_close) {
+    SYMMEM_LOG(INFO, STORE) << "store server " << host << ":" << port << ": connection " << peer
+                            << " ended: setting its disconnect key '" << key << "'";
+    set_key(key, std::move(value));
+  }
 }
 
 // Sends a best-effort error reply (without blocking), then closes the connection.
@@ -457,6 +466,28 @@ bool TcpStoreServer::Impl::handle(Conn* c, Frame& f) {
     case Op::kNumKeys:
       r.num = static_cast<int64_t>(kv.size());
       break;
+    case Op::kSetOnClose: {
+      auto it = std::find_if(c->on_close.begin(), c->on_close.end(),
+                             [&](const auto& p) { return p.first == f.keys[0]; });
+      if (it != c->on_close.end()) {
+        it->second = std::move(f.values[0]);
+      } else if (c->on_close.size() >= tcp::kTcpMaxDisconnectKeys) {
+        reply_error(c, f.id, ErrorCode::InvalidArgument,
+                    "set_on_disconnect: this connection already has " +
+                        std::to_string(tcp::kTcpMaxDisconnectKeys) + " disconnect keys");
+        return true;
+      } else {
+        c->on_close.emplace_back(std::move(f.keys[0]), std::move(f.values[0]));
+      }
+      break;
+    }
+    case Op::kCancelOnClose: {
+      auto it = std::find_if(c->on_close.begin(), c->on_close.end(),
+                             [&](const auto& p) { return p.first == f.keys[0]; });
+      r.num = it != c->on_close.end() ? 1 : 0;
+      if (it != c->on_close.end()) c->on_close.erase(it);
+      break;
+    }
     default:
       protocol_error(c, std::string("unexpected op '") + tcp::op_name(f.op) + "'");
       return false;
@@ -1142,6 +1173,29 @@ bool TcpStore::check(const std::vector<std::string>& keys) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->call("TcpStore::check", f, quick_deadline(), detail::resolve_timeout(Millis(-1)))
              .num != 0;
+}
+
+bool TcpStore::set_on_disconnect(const std::string& key, const Bytes& value) {
+  detail::check_key("TcpStore::set_on_disconnect", key);
+  detail::check_value("TcpStore::set_on_disconnect", key, value);
+  Frame f;
+  f.op = Op::kSetOnClose;
+  f.keys = {key};
+  f.values = {value};
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->call("TcpStore::set_on_disconnect", f, quick_deadline(),
+              detail::resolve_timeout(Millis(-1)));
+  return true;
+}
+
+void TcpStore::cancel_on_disconnect(const std::string& key) {
+  detail::check_key("TcpStore::cancel_on_disconnect", key);
+  Frame f;
+  f.op = Op::kCancelOnClose;
+  f.keys = {key};
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->call("TcpStore::cancel_on_disconnect", f, quick_deadline(),
+              detail::resolve_timeout(Millis(-1)));
 }
 
 int64_t TcpStore::num_keys() {

@@ -21,6 +21,8 @@ seeds = {
     'remove': frame(9, keys=[b'x']),
     'check': frame(10, keys=[b'x', b'y']),
     'num_keys': frame(11),
+    'set_on_disconnect': frame(12, keys=[b'p/dead/3'], values=[b'3']),
+    'cancel_on_disconnect': frame(13, keys=[b'p/dead/3']),
     'reply_ok': frame(0x80, values=[b'v1', b'v2'], num=7),
     'reply_timeout': frame(0x81, keys=[b'missing']),
     'reply_error': frame(0x82, values=[b'message'], num=1),

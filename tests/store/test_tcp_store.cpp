@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "core/exchange.hpp"
 #include "core/tcp_protocol.hpp"
 #include "raw_socket.hpp"
 #include "symmem/env.hpp"
@@ -288,6 +289,50 @@ TEST(TcpStore, ConnectParsesUrlsAndReadsTheTokenFromTheEnvironment) {
   expect_error([&] { Store::connect(url, "", 2s); }, ErrorCode::InvalidArgument, {"'token'"});
   auto s2 = Store::connect(url + "/", "env-token", 2s);
   EXPECT_EQ(to_string(s2->get("k", 1s)), "v");
+}
+
+TEST(TcpStore, DisconnectKeysAreSetWhenTheConnectionEnds) {
+  auto server = TcpStoreServer::start();
+  TcpStore watcher("127.0.0.1", server->port(), "", 5s);
+  {
+    TcpStore leaver("127.0.0.1", server->port(), "", 5s);
+    EXPECT_TRUE(leaver.set_on_disconnect("gone/a", to_bytes("a left")));
+    EXPECT_TRUE(leaver.set_on_disconnect("gone/b", to_bytes("b")));
+    EXPECT_TRUE(leaver.set_on_disconnect("gone/a", to_bytes("a left, really")));  // replaces
+    leaver.cancel_on_disconnect("gone/b");
+    leaver.cancel_on_disconnect("never/registered");
+    EXPECT_FALSE(watcher.check({"gone/a"}));
+  }  // connection closes
+  EXPECT_EQ(to_string(watcher.get("gone/a", 5s)), "a left, really");
+  EXPECT_FALSE(watcher.check({"gone/b"}));
+  // A waiter parked on a disconnect key is woken by the disconnect.
+  auto leaver = std::make_unique<TcpStore>("127.0.0.1", server->port(), "", 5s);
+  leaver->set_on_disconnect("gone/c", to_bytes("c"));
+  std::thread t([&] {
+    std::this_thread::sleep_for(100ms);
+    leaver.reset();
+  });
+  EXPECT_EQ(to_string(watcher.get("gone/c", 5s)), "c");
+  t.join();
+  // In-process stores have no connection to watch.
+  HashStore h;
+  EXPECT_FALSE(h.set_on_disconnect("k", Bytes()));
+}
+
+TEST(TcpStore, ExchangeNamesAPeerWhoseConnectionClosed) {
+  auto server = TcpStoreServer::start();
+  auto a = std::make_shared<TcpStore>("127.0.0.1", server->port(), "", 5s);
+  // Rank 1 registers its disconnect keys the way StoreExchange does, then vanishes.
+  {
+    TcpStore b("127.0.0.1", server->port(), "", 5s);
+    b.set_on_disconnect("px/dead/1", to_bytes("1"));
+    b.set_on_disconnect("px/dead", to_bytes("1"));
+  }
+  StoreExchange ex(a, "px", 0, 2, 20s);
+  auto start = std::chrono::steady_clock::now();
+  expect_error([&] { ex.all_gather(to_bytes("x")); }, ErrorCode::PeerFailure,
+               {"StoreExchange::all_gather", "rank 0", "rank 1 has left"});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
 }
 
 TEST(TcpStoreServer, BindsLoopbackByDefaultAndReportsBindErrors) {

@@ -456,7 +456,9 @@ int main_impl(int argc, char** argv) {
   Group g = Group::from_env();
   if (o.backend != "auto") select_backend(o.backend);
   const bool gpu = o.backend == "cuda" || o.backend == "nccl" || o.backend == "nvshmem";
-  Device device = gpu ? Device::cuda(g.local_rank()) : Device::cpu();
+  // Several ranks may share one GPU (SYMMEM_ALLOW_SHARED_GPU=1): local_rank % device count.
+  Device device =
+      gpu ? Device::cuda(g.local_rank() % std::max(1, cuda_device_count())) : Device::cpu();
   std::unique_ptr<MemIO> io;
   if (gpu) {
     std::string why;

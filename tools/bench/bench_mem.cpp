@@ -74,6 +74,18 @@ std::unique_ptr<MemIO> make_host_io() {
   return std::make_unique<HostIO>();
 }
 
+int cuda_device_count() {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return 0;
+  using Init = int (*)(unsigned);
+  using Count = int (*)(int*);
+  auto init = reinterpret_cast<Init>(dlsym(lib, "cuInit"));
+  auto count = reinterpret_cast<Count>(dlsym(lib, "cuDeviceGetCount"));
+  int n = 0;
+  if (!init || !count || init(0) != 0 || count(&n) != 0) return 0;
+  return n;
+}
+
 std::unique_ptr<MemIO> make_cuda_io(int device, std::string* why) {
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {

@@ -24,5 +24,7 @@ class MemIO {
 std::unique_ptr<MemIO> make_host_io();
 // nullptr (with `why`) when the driver cannot be loaded or has no device `device`.
 std::unique_ptr<MemIO> make_cuda_io(int device, std::string* why);
+// Number of CUDA devices visible here (0 without a driver); ranks pick local_rank % count.
+int cuda_device_count();
 
 }  // namespace symmem::bench

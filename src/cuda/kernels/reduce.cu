@@ -46,10 +46,9 @@ SYMMEM_KDEV void reduce_full_units(const PeerPtrs& in, int world, int64_t base, 
                                    int64_t lo, int64_t hi, Emit emit) {
   using V16 = Vec<K, 16>;
   if constexpr (kW > 0) {
-    constexpr int kU = kW <= 4 ? 2 : 1;  // units per thread per step: loads in flight
-    const char* src[kW];
-#pragma unroll
-    for (int p = 0; p < kW; ++p) src[p] = peer(in, p) + base;
+    // Units per thread per step: kU x kW 16-byte loads in flight (>= 4), within 64 registers
+    // (launch bounds 512 x 2) without spills on sm_90.
+    constexpr int kU = kW <= 2 ? 2 : 1;
     for (int64_t u0 = lo + threadIdx.x; u0 < hi; u0 += static_cast<int64_t>(blockDim.x) * kU) {
       uint4 x[kU][kW];
 #pragma unroll
@@ -57,7 +56,7 @@ SYMMEM_KDEV void reduce_full_units(const PeerPtrs& in, int world, int64_t base, 
         const int64_t u = u0 + static_cast<int64_t>(j) * blockDim.x;
         if (u < hi) {
 #pragma unroll
-          for (int p = 0; p < kW; ++p) x[j][p] = ld_cg_v4(src[p] + u * 16);
+          for (int p = 0; p < kW; ++p) x[j][p] = ld_cg_v4(peer(in, p) + base + u * 16);
         }
       }
 #pragma unroll
