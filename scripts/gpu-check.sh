@@ -10,7 +10,10 @@
 # stopped at the end, nothing touches clocks/compute mode. Every step has a timeout and the
 # whole script keeps inside GPU_CHECK_BUDGET_S (default 540 s); a failing step does not stop
 # the others. Exit status: 0 when every step passed, 1 otherwise.
-# Knobs: GPU_CHECK_BUILD_DIR (default build-gpu), GPU_CHECK_BUDGET_S, GPU_CHECK_JOBS (16).
+# Knobs: GPU_CHECK_BUILD_DIR (default build-gpu), GPU_CHECK_BUDGET_S, GPU_CHECK_JOBS (16),
+# GPU_CHECK_SKIP (space-separated step-name prefixes to skip, e.g. "ctest_gpu_other bench_").
+# Order: configure, build, MPS, ctest_gpu_cuda, example, ctest_gpu_other, one rank per GPU,
+# torch_compare, symmem-bench (the budget cuts from the end).
 set -u -o pipefail
 
 OUT=${1:?usage: bash scripts/gpu-check.sh OUTDIR}
@@ -37,6 +40,14 @@ remaining() { echo $(( BUDGET - $(elapsed) )); }
 run_step() {
   local name=$1 limit=$2
   shift 2
+  local pat
+  for pat in ${GPU_CHECK_SKIP:-}; do
+    if [[ $name == $pat* ]]; then
+      ROWS+=("$name|skipped|0|GPU_CHECK_SKIP")
+      STEP_DETAIL=""
+      return 0
+    fi
+  done
   local left
   left=$(( $(remaining) - 10 ))
   (( left < limit )) && limit=$left
@@ -86,7 +97,7 @@ NGPU=${NGPU:-0}
 echo "   GPUs: $NGPU; logs: $OUT"
 
 # ---- configure and build ---------------------------------------------------------------------
-CMAKE_ARGS=(-S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
+CMAKE_ARGS=(-S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
             "-DCMAKE_CUDA_ARCHITECTURES=90-real;90-virtual" -DSYMMEM_WITH_CUDA=ON
             -DSYMMEM_BUILD_TESTS=ON)
 if python3 -c 'import nvidia.nvshmem' > /dev/null 2>&1; then
@@ -115,10 +126,15 @@ STEP_DETAIL="ninja -j$JOBS -k 0"
 run_step build 330 ninja -C "$BUILD" -j "$JOBS" -k 0
 grep -E '^FAILED|error:' "$OUT/build.log" | head -10 | sed 's/^/   /'
 
-SYMMEM_RUN=$(find "$BUILD" -type f -name symmem-run -perm -u+x 2>/dev/null | head -1)
-SYMMEM_BENCH=$(find "$BUILD" -type f -name symmem-bench -perm -u+x 2>/dev/null | head -1)
-TEST_GPU_CUDA=$(find "$BUILD" -type f -name test_gpu_cuda -perm -u+x 2>/dev/null | head -1)
-EXAMPLE=$(find "$BUILD" -type f -name symmem_example_device_kernel -perm -u+x 2>/dev/null | head -1)
+# Built executables (not the copies the install test puts under tests/install/).
+find_exe() {
+  find "$BUILD" -path '*/tests/install' -prune -o -type f -name "$1" -perm -u+x -print 2>/dev/null |
+    head -1
+}
+SYMMEM_RUN=$(find_exe symmem-run)
+SYMMEM_BENCH=$(find_exe symmem-bench)
+TEST_GPU_CUDA=$(find_exe test_gpu_cuda)
+EXAMPLE=$(find_exe symmem_example_device_kernel)
 
 # ---- MPS ---------------------------------------------------------------------------------------
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
@@ -154,12 +170,17 @@ ctest_rows() {  # per-test rows from a ctest log
 }
 if [ -d "$BUILD" ]; then
   (cd "$BUILD" && ctest -N -L gpu > "$OUT/ctest_list.log" 2>&1)
-  STEP_DETAIL="$(grep -oE 'Total Tests: [0-9]+' "$OUT/ctest_list.log")"
   # The cuda backend's own tests first (tests/gpu), then every other gpu-labelled test.
   CUDA_TESTS='^(gpu_cuda_|test_cuda_plugin$)'
   STEP_DETAIL="tests/gpu: cuda backend, 1/2/4 ranks" \
     run_step ctest_gpu_cuda 240 bash -c "cd '$BUILD' && ctest -L gpu -R '$CUDA_TESTS' --output-on-failure -j1"
   while IFS= read -r row; do [ -n "$row" ] && ROWS+=("$row"); done < <(ctest_rows "$OUT/ctest_gpu_cuda.log" "  ")
+  # The example (a user kernel on the device API) before the other issues' tests.
+  if [ -n "$SYMMEM_RUN" ] && [ -n "$EXAMPLE" ]; then
+    STEP_DETAIL="examples/device_kernel.cu, 2 ranks" \
+      run_step example_device_kernel 60 env SYMMEM_ALLOW_SHARED_GPU=1 SYMMEM_BACKEND=cuda \
+      SYMMEM_TIMEOUT_MS=30000 "$SYMMEM_RUN" -n 2 -- "$EXAMPLE"
+  fi
   STEP_DETAIL="every other gpu-labelled test (gpu_ops, nccl, nvshmem, python...)" \
     run_step ctest_gpu_other 300 bash -c "cd '$BUILD' && ctest -L gpu -E '$CUDA_TESTS' --output-on-failure -j1"
   while IFS= read -r row; do [ -n "$row" ] && ROWS+=("$row"); done < <(ctest_rows "$OUT/ctest_gpu_other.log" "  ")
@@ -172,13 +193,7 @@ if (( NGPU > 1 )) && [ -n "$SYMMEM_RUN" ] && [ -n "$TEST_GPU_CUDA" ]; then
     "$SYMMEM_RUN" -n "$NGPU" -- "$TEST_GPU_CUDA"
 fi
 
-# ---- example -------------------------------------------------------------------------------------
-if [ -n "$SYMMEM_RUN" ] && [ -n "$EXAMPLE" ]; then
-  STEP_DETAIL="examples/device_kernel.cu, 2 ranks" \
-    run_step example_device_kernel 60 env SYMMEM_ALLOW_SHARED_GPU=1 SYMMEM_BACKEND=cuda \
-    SYMMEM_TIMEOUT_MS=30000 "$SYMMEM_RUN" -n 2 -- "$EXAMPLE"
-fi
-
+# ---- torch comparison (bench/torch_compare.py of the GPU collectives) ------------------------
 if [ -f "$ROOT/bench/torch_compare.py" ]; then
   STEP_DETAIL="bench/torch_compare.py --quick (N=2,4, bf16, eager + graphs)" \
     run_step torch_compare 200 env SYMMEM_BUILD_DIR="$BUILD" \

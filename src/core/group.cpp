@@ -138,7 +138,7 @@ JoinRecord decode(const Bytes& b, int from, int rank) {
   ErrorCode code = e.code();
   if ((code == ErrorCode::Timeout || code == ErrorCode::PeerFailure) && g.store) {
     std::string reason = detail::job_abort_reason(*g.store);
-    if (!reason.empty()) {
+    if (!reason.empty() && msg.find("the launcher reports") == std::string::npos) {
       msg += "; the launcher reports: " + reason;
       code = ErrorCode::PeerFailure;
     }

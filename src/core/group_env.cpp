@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "core/group_impl.hpp"
+#include "core/group_store.hpp"
 #include "core/log.hpp"
 #include "symmem/env.hpp"
 #include "symmem/error.hpp"
@@ -341,6 +342,10 @@ Group Group::from_env(const GroupOptions& options) {
     checkout = true;
   } else if (!store) {
     store = std::make_shared<HashStore>();  // a world of one rank
+  }
+  if (store != options.store && s.world_size > 1) {
+    // Waits on the job's store fail fast once a launcher reports a dead rank.
+    store = std::make_shared<detail::AbortAwareStore>(std::move(store));
   }
   auto impl = detail::make_root_group(std::move(store), s.rank, s.world_size, o, std::move(server),
                                       checkout);

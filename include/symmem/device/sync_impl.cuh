@@ -132,7 +132,9 @@ template <MemOrder kOrder>
 SYMMEM_DEVICE_INLINE Status wait_signal_warp(const DeviceHandle& h, int src, int channel) {
   int failed = 0;
   if (detail::lane_index() == 0) failed = wait_signal<kOrder>(h, src, channel) != Status::ok;
-  return __any_sync(0xffffffffu, failed) ? Status::timeout : Status::ok;  // also a warp sync
+  failed = __any_sync(0xffffffffu, failed);
+  __syncwarp();  // votes do not order memory; __syncwarp does
+  return failed ? Status::timeout : Status::ok;
 }
 
 template <MemOrder kOrder>
@@ -149,7 +151,9 @@ SYMMEM_DEVICE_INLINE Status barrier_warp(const DeviceHandle& h, int channel) {
   for (int peer = detail::lane_index(); peer < h.world_size && !failed; peer += 32) {
     failed = wait_signal<kWait>(h, peer, channel, deadline) != Status::ok;
   }
-  return __any_sync(0xffffffffu, failed) ? Status::timeout : Status::ok;
+  failed = __any_sync(0xffffffffu, failed);
+  __syncwarp();  // votes do not order memory; __syncwarp does
+  return failed ? Status::timeout : Status::ok;
 }
 
 // ---- one block -------------------------------------------------------------------------------

@@ -1,0 +1,45 @@
+#pragma once
+
+// AbortAwareStore: the store Group::from_env() hands out. It forwards every call to the job's
+// real store, but splits each blocking call (get, wait, multi_get) into short slices and, between
+// slices, checks the job abort key (NOTE [job abort key] in core/group_impl.hpp). When a launcher
+// has reported a dead rank there, the call fails at once with PeerFailure carrying that report,
+// instead of waiting for its full timeout; so does every StoreExchange built on group.store().
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "symmem/export.hpp"
+#include "symmem/store.hpp"
+
+namespace symmem::detail {
+
+class SYMMEM_API AbortAwareStore final : public Store {
+ public:
+  explicit AbortAwareStore(std::shared_ptr<Store> inner, Millis slice = Millis(200));
+  ~AbortAwareStore() override;
+
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key, Millis timeout) override;
+  void wait(const std::vector<std::string>& keys, Millis timeout) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  std::vector<Bytes> multi_get(const std::vector<std::string>& keys, Millis timeout) override;
+  void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  bool remove(const std::string& key) override;
+  bool check(const std::vector<std::string>& keys) override;
+  int64_t num_keys() override;
+
+  const std::shared_ptr<Store>& inner() const { return inner_; }
+
+ private:
+  // Waits until every key exists, in slices; throws Timeout (naming the missing keys, with the
+  // caller's total timeout) or PeerFailure (job aborted).
+  void wait_sliced(const char* op, const std::vector<std::string>& keys, Millis timeout);
+
+  std::shared_ptr<Store> inner_;
+  Millis slice_;
+};
+
+}  // namespace symmem::detail
