@@ -126,10 +126,15 @@ STEP_DETAIL="ninja -j$JOBS -k 0"
 run_step build 330 ninja -C "$BUILD" -j "$JOBS" -k 0
 grep -E '^FAILED|error:' "$OUT/build.log" | head -10 | sed 's/^/   /'
 
-SYMMEM_RUN=$(find "$BUILD" -type f -name symmem-run -perm -u+x 2>/dev/null | head -1)
-SYMMEM_BENCH=$(find "$BUILD" -type f -name symmem-bench -perm -u+x 2>/dev/null | head -1)
-TEST_GPU_CUDA=$(find "$BUILD" -type f -name test_gpu_cuda -perm -u+x 2>/dev/null | head -1)
-EXAMPLE=$(find "$BUILD" -type f -name symmem_example_device_kernel -perm -u+x 2>/dev/null | head -1)
+# Built executables (not the copies the install test puts under tests/install/).
+find_exe() {
+  find "$BUILD" -path '*/tests/install' -prune -o -type f -name "$1" -perm -u+x -print 2>/dev/null |
+    head -1
+}
+SYMMEM_RUN=$(find_exe symmem-run)
+SYMMEM_BENCH=$(find_exe symmem-bench)
+TEST_GPU_CUDA=$(find_exe test_gpu_cuda)
+EXAMPLE=$(find_exe symmem_example_device_kernel)
 
 # ---- MPS ---------------------------------------------------------------------------------------
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log

@@ -23,11 +23,10 @@ void throw_nccl(ErrorCode code, std::string_view op, int rank, const char* call,
 }
 
 Comm::~Comm() {
-  if (comm == nullptr) return;
+  if (comm == nullptr || !owned) return;
   int prev = -1;
   if (cudaGetDevice(&prev) == cudaSuccess && device >= 0) (void)cudaSetDevice(device);
-  dev_comm_destroy(comm, dev_comm);
-  if (owned) (void)ncclCommDestroy(comm);
+  (void)ncclCommDestroy(comm);
   if (prev >= 0) (void)cudaSetDevice(prev);
 }
 
@@ -117,7 +116,9 @@ void NcclBackend::use_comm(const Group& group, ncclComm_t comm) {
                    "has this process at rank " << user_rank << " but it is rank " << group.rank()
                                                << " of group '" << group.name() << "'");
   std::lock_guard<std::mutex> lock(mu_);
-  SYMMEM_CHECK_ARG(kUseCommOp, rank, comms_.find(group.name()) == comms_.end(), "group",
+  SYMMEM_CHECK_ARG(kUseCommOp, rank,
+                   user_comms_.count(group.name()) == 0 && own_comms_[group.name()].expired(),
+                   "group",
                    "'" << group.name()
                        << "' already has an nccl communicator (made by symmem or handed in "
                           "before); call use_nccl_comm before the first nccl allocation");
@@ -131,27 +132,34 @@ void NcclBackend::use_comm(const Group& group, ncclComm_t comm) {
   c->lsa = lsa_team(comm);
   c->all_lsa = true;
   for (int p = 0; p < count; ++p) c->all_lsa = c->all_lsa && c->lsa.index_of(c->rank, p) >= 0;
-  comms_[group.name()] = c;
+  user_comms_[group.name()] = c;
   SYMMEM_LOG(INFO, INIT) << "nccl: group '" << group.name() << "' uses a communicator handed in"
                          << " (not owned): " << count << " ranks, cuda:" << device
                          << ", LSA team of " << c->lsa.n_ranks;
 }
 
 std::shared_ptr<Comm> NcclBackend::comm_for(const Group& group, int device, const char* op) {
+  std::shared_ptr<Comm> c;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = comms_.find(group.name());
-    if (it != comms_.end()) {
-      SYMMEM_CHECK_ARG(op, group.rank(), it->second->device == device, "device",
+    auto it = user_comms_.find(group.name());
+    if (it != user_comms_.end()) {
+      c = it->second;
+    } else {
+      auto own = own_comms_.find(group.name());
+      if (own != own_comms_.end()) c = own->second.lock();
+    }
+    if (c) {
+      SYMMEM_CHECK_ARG(op, group.rank(), c->device == device, "device",
                        "is cuda:" << device << " but group '" << group.name()
-                                  << "' has its nccl communicator on cuda:" << it->second->device);
-      if (it->second->dev_comm == nullptr) confirm_symmetric(*it->second, op);
-      return it->second;
+                                  << "' has its nccl communicator on cuda:" << c->device);
+      if (!c->symmetric_confirmed) confirm_symmetric(*c, op);
+      return c;
     }
   }
-  auto c = create_comm(group, device, op);
+  c = create_comm(group, device, op);  // collective over the group
   std::lock_guard<std::mutex> lock(mu_);
-  comms_[group.name()] = c;
+  own_comms_[group.name()] = c;
   return c;
 }
 
@@ -225,7 +233,8 @@ void NcclBackend::confirm_symmetric(Comm& c, const char* op) {
                     ncclGetErrorString(r) + (last && last[0] ? std::string(": ") + last : "") +
                     " (needs NCCL >= 2.28 with CUMEM enabled, NCCL_CUMEM_ENABLE != 0)");
   }
-  c.dev_comm = dc;
+  dev_comm_destroy(c.comm, dc);
+  c.symmetric_confirmed = true;
 }
 
 std::shared_ptr<BackendMemory> NcclBackend::allocate(const Group& group,

@@ -38,8 +38,8 @@ struct Comm {
   int rank = 0;
   int world = 0;
   LsaTeam lsa;
-  bool all_lsa = false;  // every rank of the group is in this rank's LSA team
-  DevComm* dev_comm = nullptr;
+  bool all_lsa = false;              // every rank of the group is in this rank's LSA team
+  bool symmetric_confirmed = false;  // ncclDevCommCreate succeeded once
   std::string group_name;
   ~Comm();
 };
@@ -66,10 +66,13 @@ class NcclBackend final : public Backend {
   void run_nccl_fallback(const OpArgs& args, Comm& c);
 
   std::mutex mu_;
-  std::map<std::string, std::shared_ptr<Comm>> comms_;  // by group name
+  // By group name. Handed-in communicators stay registered; symmem's own live as long as an
+  // allocation of the group holds them (the last one freed destroys the communicator).
+  std::map<std::string, std::shared_ptr<Comm>> user_comms_;
+  std::map<std::string, std::weak_ptr<Comm>> own_comms_;
 };
 
-// Creates the ncclDevComm proving symmetric (LSA) support: lsaBarrierCount = 1.
+// Creates (then destroys) an ncclDevComm with lsaBarrierCount = 1: proves symmetric support.
 ncclResult_t dev_comm_create(ncclComm_t comm, DevComm** out);
 void dev_comm_destroy(ncclComm_t comm, DevComm* dc) noexcept;
 

@@ -14,38 +14,42 @@ namespace symmem::gputest {
 TEST(NcclBackend, UsesAHandedInCommunicator) {
   auto& e = suite_env();
   const int r = e.group.rank(), w = e.group.world_size();
-  // A group of its own (same ranks), so its communicator is not made by symmem.
-  std::vector<int> all(w);
-  for (int i = 0; i < w; ++i) all[i] = i;
-  Group g = e.group.split(all);
-  ncclUniqueId id{};
-  const std::string key = "test/nccl/comm-id";
-  if (r == 0) {
-    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
-    Bytes b(sizeof(id));
-    std::memcpy(b.data(), &id, sizeof(id));
-    g.store()->set(key, b);
-  }
-  Bytes b = g.store()->get(key, Millis(60000));
-  ASSERT_EQ(b.size(), sizeof(id));
-  std::memcpy(&id, b.data(), sizeof(id));
   ncclComm_t comm = nullptr;
-  ASSERT_EQ(ncclCommInitRank(&comm, w, id, r), ncclSuccess);
-  use_nccl_comm(g, comm);
-  test::expect_error([&] { use_nccl_comm(g, comm); }, ErrorCode::InvalidArgument,
-                     {"already has an nccl communicator"});
   {
-    auto buf = allocate(g, 4096 * 4, e.device, alloc_opts());
-    std::vector<float> v(4096, static_cast<float>(r + 1));
-    upload(buf.ptr(r), v, DType::f32);
-    all_reduce(buf, 4096, DType::f32, ReduceOp::sum, op_opts());
-    SUITE_CUDA(cudaDeviceSynchronize());
-    expect_values(download(buf.ptr(r), 4096, DType::f32),
-                  std::vector<float>(4096, static_cast<float>(w * (w + 1) / 2)),
-                  "all_reduce over a handed-in communicator");
-    buf.barrier();
+    // A group of its own (same ranks), so its communicator is not made by symmem. It, its
+    // workspace and its allocations are gone at the end of this scope, before the
+    // communicator is destroyed.
+    std::vector<int> all(w);
+    for (int i = 0; i < w; ++i) all[i] = i;
+    Group g = e.group.split(all);
+    ncclUniqueId id{};
+    const std::string key = "test/nccl/comm-id";
+    if (r == 0) {
+      ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+      Bytes b(sizeof(id));
+      std::memcpy(b.data(), &id, sizeof(id));
+      g.store()->set(key, b);
+    }
+    Bytes b = g.store()->get(key, Millis(60000));
+    ASSERT_EQ(b.size(), sizeof(id));
+    std::memcpy(&id, b.data(), sizeof(id));
+    ASSERT_EQ(ncclCommInitRank(&comm, w, id, r), ncclSuccess);
+    use_nccl_comm(g, comm);
+    test::expect_error([&] { use_nccl_comm(g, comm); }, ErrorCode::InvalidArgument,
+                       {"already has an nccl communicator"});
+    {
+      auto buf = allocate(g, 4096 * 4, e.device, alloc_opts());
+      std::vector<float> v(4096, static_cast<float>(r + 1));
+      upload(buf.ptr(r), v, DType::f32);
+      all_reduce(buf, 4096, DType::f32, ReduceOp::sum, op_opts());
+      SUITE_CUDA(cudaDeviceSynchronize());
+      expect_values(download(buf.ptr(r), 4096, DType::f32),
+                    std::vector<float>(4096, static_cast<float>(w * (w + 1) / 2)),
+                    "all_reduce over a handed-in communicator");
+      buf.barrier();
+    }
+    g.store_barrier();
   }
-  g.store_barrier();
   // symmem did not take ownership: the communicator is still ours to destroy.
   EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
 }
