@@ -475,7 +475,12 @@ std::shared_ptr<BackendMemory> HostBackend::allocate(const Group& group,
   SYMMEM_CHECK(op, rank, channel.address().size() < sizeof(me.address), ErrorCode::Internal,
                "IPC address too long: " << channel.address());
   std::strncpy(me.address, channel.address().c_str(), sizeof(me.address) - 1);
-  auto peers = group_exchange(group, "symmem/host").all_gather(me);
+  std::vector<PeerInfo> peers;
+  try {
+    peers = group_exchange(group, "symmem/host").all_gather(me);
+  } catch (const Error& e) {
+    throw_error(e.code(), op, rank, "host rendezvous of " + label + ": " + e.what());
+  }
   for (int p = 0; p < world; ++p) {
     SYMMEM_CHECK(op, rank, peers[p].alloc_id == info.alloc_id && peers[p].map_bytes == map_bytes,
                  ErrorCode::Internal,
