@@ -1,6 +1,7 @@
-// Worker of test_host_peer_death. Every rank runs barriers (mode "barrier") or a signal ring
-// (mode "signal") on a host allocation; the victim (argv[1]) SIGKILLs itself in round 50, in
-// the middle of a barrier (after signalling only some peers) or before signalling its successor.
+// Worker of test_host_peer_death. Every rank runs barriers (mode "barrier"), a signal ring
+// (mode "signal") or allocations (mode "alloc") on the host backend; the victim (argv[1])
+// SIGKILLs itself in round 50: in the middle of a barrier (after signalling only some peers),
+// before signalling its successor, or instead of joining an allocation's rendezvous.
 // Each survivor prints
 //   RESULT rank=R code=<ErrorCode> ms=<time spent in the failing call> what=<message>
 // and exits 1; a survivor that sees no error prints "NO-ERROR rank=R" and exits 0.
@@ -40,6 +41,9 @@ int main(int argc, char** argv) {
       t0 = std::chrono::steady_clock::now();
       if (mode == "barrier") {
         buf.barrier();
+      } else if (mode == "alloc") {
+        auto b = symmem::allocate(g, 4096 + static_cast<size_t>(round));
+        b.barrier();
       } else {
         buf.put_signal((rank + 1) % n);
         buf.wait_signal((rank + n - 1) % n);
