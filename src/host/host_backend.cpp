@@ -33,11 +33,6 @@
 #include "symmem/backend.hpp"
 #include "symmem/error.hpp"
 
-namespace symmem {
-// Weak: see HostBackend::run.
-__attribute__((weak)) void host_run_op(const OpArgs& args);
-}  // namespace symmem
-
 namespace symmem::host {
 namespace {
 
@@ -404,16 +399,7 @@ class HostBackend final : public Backend {
 
   std::shared_ptr<BackendMemory> allocate(const Group& group, const RendezvousInfo& info) override;
 
-  void run(const OpArgs& args) override {
-    // host_run_op is referenced weakly so that libsymmem links before src/host/host_ops*.cpp
-    // exist; once they do, this branch is dead.
-    if (&symmem::host_run_op == nullptr) {
-      throw_error(ErrorCode::Unsupported, to_string(args.kind),
-                  args.group != nullptr ? args.group->rank() : -1,
-                  "this libsymmem was built without the host collectives (src/host/host_ops*.cpp)");
-    }
-    symmem::host_run_op(args);
-  }
+  void run(const OpArgs& args) override { host_run_op(args); }
 };
 
 std::shared_ptr<BackendMemory> HostBackend::allocate(const Group& group,
