@@ -320,6 +320,18 @@ SymmetricMemory allocate_impl(const Group& group, size_t bytes, Device device,
                       "; available backends: " + (avail.empty() ? "(none)" : avail));
     }
     std::string serve_why;
+    const bool gpu_backend =
+        backend_name == "cuda" || backend_name == "nccl" || backend_name == "nvshmem";
+    if (gpu_backend && !device.is_cuda() && !backend->can_serve(group, device, &serve_why)) {
+      // The selected backend is a GPU backend; CPU buffers (e.g. a GPU program's host-side
+      // reductions) are always served by the host backend.
+      SYMMEM_LOG(INFO, ALLOC) << "backend '" << backend_name << "' serves GPU buffers only ("
+                              << serve_why << "); CPU buffers use the host backend";
+      why = "CPU buffers use the host backend (" + backend_name + " serves GPU buffers)";
+      backend_name = "host";
+      backend = detail::try_get_backend(backend_name, &load_why);
+      SYMMEM_INTERNAL_CHECK(backend != nullptr);
+    }
     if (!backend->can_serve(group, device, &serve_why)) {
       throw_error(ErrorCode::Unsupported, op, rank,
                   "backend '" + backend_name + "' cannot serve " + to_string(device) +
