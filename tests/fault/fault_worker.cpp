@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -51,7 +52,9 @@ int main(int argc, char** argv) {
   }
   std::string mode = argv[1];
   double seconds = std::atof(argv[2]);
-  int rank = -1;
+  // The launcher's rank, so that a failure inside Group::from_env still names this rank.
+  const char* env_rank = std::getenv("RANK");
+  int rank = env_rank != nullptr ? std::atoi(env_rank) : -1;
   try {
     auto g = symmem::Group::from_env();
     rank = g.rank();
