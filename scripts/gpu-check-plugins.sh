@@ -74,7 +74,7 @@ if [ ! -f /usr/local/cuda/include/nccl.h ] && [ -z "${NCCL_HOME:-}" ]; then
     echo "   NCCL: from the wheel at $NCCL_HOME"
   fi
 fi
-run_step configure 120 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+run_step configure 120 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   "-DCMAKE_CUDA_ARCHITECTURES=90-real;90-virtual" -DSYMMEM_WITH_CUDA=ON -DSYMMEM_BUILD_TESTS=ON
 grep -E '^-- symmem' "$OUT/configure.log" | sed 's/^/   /'
 TARGETS=()

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSYMMEM_BUILD_TESTS=OFF > build.configure.log 2>&1 \
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSYMMEM_BUILD_TESTS=OFF > build.configure.log 2>&1 \
   || { cat build.configure.log; exit 1; }
 cmake --build build -j "$(nproc)" --target symmem-run symmem-bench
 ./build/tools/run/symmem-run -n 4 -- ./build/tools/bench/symmem-bench "$@"

@@ -14,7 +14,9 @@
 // rank 0 hosts a TcpStoreServer at MASTER_ADDR:(MASTER_PORT+1) -- MASTER_PORT itself is left to
 // torch.distributed's store -- bound to loopback unless MASTER_ADDR is not a loopback address
 // (SYMMEM_STORE_BIND overrides), and keeps it alive while any Group handle of the job lives.
-// A world of one rank without any store uses an in-process HashStore.
+// A world of one rank without any store uses an in-process HashStore. The store() of a
+// from_env() group waits in short slices and fails with PeerFailure, naming the rank, as soon as
+// the launcher (symmem-run) reports a dead rank in the store (docs/launching.md, "Failures").
 //
 // Host identity: at creation the ranks exchange host ids (GroupOptions::host_id, else
 // SYMMEM_HOST_ID, else hostname + /proc/sys/kernel/random/boot_id) and derive local rank and

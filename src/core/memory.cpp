@@ -335,7 +335,13 @@ SymmetricMemory allocate_impl(const Group& group, size_t bytes, Device device,
 
   std::vector<AllocRecord> all;
   if (world > 1) {
-    all = group_exchange(group, "symmem/alloc").all_gather(mine);
+    try {
+      all = group_exchange(group, "symmem/alloc").all_gather(mine);
+    } catch (const Error& e) {
+      throw_error(e.code(), op, rank,
+                  "ranks of group " + group.name() + " did not all join allocation #" +
+                      std::to_string(seq) + ": " + e.what());
+    }
   } else {
     all = {mine};
   }

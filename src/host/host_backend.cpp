@@ -28,15 +28,11 @@
 #include "core/ipc_channel.hpp"
 #include "core/log.hpp"
 #include "core/memory_registry.hpp"
+#include "host/host_backend.hpp"
 #include "host/host_ops.hpp"
 #include "host/host_sync.hpp"
 #include "symmem/backend.hpp"
 #include "symmem/error.hpp"
-
-namespace symmem {
-// Weak: see HostBackend::run.
-__attribute__((weak)) void host_run_op(const OpArgs& args);
-}  // namespace symmem
 
 namespace symmem::host {
 namespace {
@@ -242,6 +238,12 @@ class HostMemory final : public BackendMemory {
         /*whole_group=*/true);
   }
 
+  // PeerFailure if any other rank's process has exited (host_check_peers_alive).
+  void check_group_alive(const char* op, int channel) const {
+    auto none = [](std::vector<Pending>*) {};
+    check_peers_alive(op, channel, none, /*whole_group=*/true);
+  }
+
   // Set up by HostBackend::allocate.
   std::vector<void*>& maps() { return maps_; }
   void set_watch(int peer, std::shared_ptr<PidWatch> w) { watch_[peer] = std::move(w); }
@@ -404,16 +406,7 @@ class HostBackend final : public Backend {
 
   std::shared_ptr<BackendMemory> allocate(const Group& group, const RendezvousInfo& info) override;
 
-  void run(const OpArgs& args) override {
-    // host_run_op is referenced weakly so that libsymmem links before src/host/host_ops*.cpp
-    // exist; once they do, this branch is dead.
-    if (&symmem::host_run_op == nullptr) {
-      throw_error(ErrorCode::Unsupported, to_string(args.kind),
-                  args.group != nullptr ? args.group->rank() : -1,
-                  "this libsymmem was built without the host collectives (src/host/host_ops*.cpp)");
-    }
-    symmem::host_run_op(args);
-  }
+  void run(const OpArgs& args) override { host_run_op(args); }
 };
 
 std::shared_ptr<BackendMemory> HostBackend::allocate(const Group& group,
@@ -475,7 +468,12 @@ std::shared_ptr<BackendMemory> HostBackend::allocate(const Group& group,
   SYMMEM_CHECK(op, rank, channel.address().size() < sizeof(me.address), ErrorCode::Internal,
                "IPC address too long: " << channel.address());
   std::strncpy(me.address, channel.address().c_str(), sizeof(me.address) - 1);
-  auto peers = group_exchange(group, "symmem/host").all_gather(me);
+  std::vector<PeerInfo> peers;
+  try {
+    peers = group_exchange(group, "symmem/host").all_gather(me);
+  } catch (const Error& e) {
+    throw_error(e.code(), op, rank, "host rendezvous of " + label + ": " + e.what());
+  }
   for (int p = 0; p < world; ++p) {
     SYMMEM_CHECK(op, rank, peers[p].alloc_id == info.alloc_id && peers[p].map_bytes == map_bytes,
                  ErrorCode::Internal,
@@ -532,6 +530,21 @@ std::shared_ptr<BackendMemory> HostBackend::allocate(const Group& group,
                            << " ranks (" << map_bytes << " bytes each)";
   return mem;
 }
+
+}  // namespace
+}  // namespace symmem::host
+
+namespace symmem {
+
+void host_check_peers_alive(const SymmetricMemory& buf, const char* op, int channel) {
+  auto* m = dynamic_cast<host::HostMemory*>(buf.backend_memory().get());
+  if (m != nullptr) m->check_group_alive(op, channel);
+}
+
+}  // namespace symmem
+
+namespace symmem::host {
+namespace {
 
 const bool kRegistered = [] {
   register_backend(std::make_shared<HostBackend>());

@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "host/host_ops.hpp"
 #include "host/host_ops_sync.hpp"
 #include "host/reduce.hpp"
@@ -71,12 +73,15 @@ struct Ctx {
   PadSync sync() const { return PadSync(ws, op, a.timeout); }
 };
 
-// Threshold (bytes per rank) up to which `auto` picks one_shot; measured on this machine,
-// see docs/performance.md.
+// Threshold (bytes per rank) up to which `auto` picks one_shot; measured on this machine (2 cores),
+// see docs/performance.md. With more ranks than cores the ranks cannot run at once, total work
+// decides, and two_shot (n reads per element instead of n * n) wins at every size measured.
 size_t one_shot_max_bytes(int world) {
-  if (world <= 2) return 256 * 1024;
-  if (world <= 4) return 64 * 1024;
-  return 16 * 1024;
+  static const int cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  if (world > cpus) return 0;
+  if (world <= 2) return 1 << 20;
+  if (world <= 4) return 256 << 10;
+  return 64 << 10;
 }
 
 // ---- all_reduce ------------------------------------------------------------------------------

@@ -167,8 +167,8 @@ class PadSync {
   int sync_ch_ = 0;
   int sleep_ch_ = 0;
   bool oversubscribed_ = false;
-  static constexpr std::chrono::microseconds kSpinTime{50};
-  static constexpr std::chrono::microseconds kYieldTime{500};
+  static constexpr std::chrono::microseconds kSpinTime{20};
+  static constexpr std::chrono::microseconds kYieldTime{20000};
   std::vector<uint32_t*> pads_;
   SyncClock::time_point deadline_;
 };

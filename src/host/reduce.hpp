@@ -26,30 +26,39 @@ namespace symmem::host {
 // NaN stays NaN (quiet, sign kept); overflow gives infinity; subnormals are exact where
 // representable.
 
+// Branch-free (selects written as masks on signed 32-bit lanes, which GCC vectorises for SSE2,
+// AVX2 and AVX-512 alike; a `?:` on unsigned values stays scalar before AVX-512).
+inline int32_t select_i32(bool c, int32_t a, int32_t b) {
+  int32_t m = -static_cast<int32_t>(c);
+  return (a & m) | (b & ~m);
+}
+
 inline float f16_to_f32(uint16_t h) {
-  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t em = h & 0x7fffu;
+  int32_t x = h;
+  int32_t sign = (x & 0x8000) << 16;
+  int32_t em = x & 0x7fff;
   // Scaling the shifted exponent/mantissa by 2^112 re-biases normals and normalises
   // subnormals exactly.
-  uint32_t scaled = std::bit_cast<uint32_t>(std::bit_cast<float>(em << 13) * 0x1p112f);
-  uint32_t special = (em << 13) | 0x7f800000u;  // inf / nan (payload kept)
-  uint32_t bits = em >= 0x7c00u ? special : scaled;
-  return std::bit_cast<float>(bits | sign);
+  int32_t scaled = std::bit_cast<int32_t>(std::bit_cast<float>(em << 13) * 0x1p112f);
+  int32_t special = (em << 13) | 0x7f800000;  // inf / nan (payload kept)
+  return std::bit_cast<float>(select_i32(em >= 0x7c00, special, scaled) | sign);
 }
 
 inline uint16_t f32_to_f16(float f) {
-  uint32_t u = std::bit_cast<uint32_t>(f);
-  uint32_t sign = (u >> 16) & 0x8000u;
-  u &= 0x7fffffffu;
+  int32_t u = std::bit_cast<int32_t>(f);
+  int32_t sign = (u >> 16) & 0x8000;
+  u &= 0x7fffffff;
   // Subnormal results: adding 0.5 (as a float whose ulp is 2^-24) rounds in hardware (RNE).
-  constexpr uint32_t kMagic = (127u - 15u + 23u - 10u + 1u) << 23;  // 0.5f
-  uint32_t sub =
-      std::bit_cast<uint32_t>(std::bit_cast<float>(u) + std::bit_cast<float>(kMagic)) - kMagic;
+  constexpr int32_t kMagic = (127 - 15 + 23 - 10 + 1) << 23;  // 0.5f
+  int32_t sub =
+      std::bit_cast<int32_t>(std::bit_cast<float>(u) + std::bit_cast<float>(kMagic)) - kMagic;
   // Normal results: re-bias the exponent and round the 13 dropped bits to nearest even.
-  uint32_t odd = (u >> 13) & 1u;
-  uint32_t norm = (u + ((15u - 127u) << 23) + 0xfffu + odd) >> 13;
-  uint32_t nan_inf = u > 0x7f800000u ? 0x7e00u : 0x7c00u;
-  uint32_t r = u >= 0x47800000u ? nan_inf : (u < 0x38800000u ? sub : norm);
+  uint32_t odd = (static_cast<uint32_t>(u) >> 13) & 1u;
+  int32_t norm = static_cast<int32_t>(
+      (static_cast<uint32_t>(u) + static_cast<uint32_t>((15 - 127) * (1 << 23)) + 0xfffu + odd) >>
+      13);
+  int32_t nan_inf = select_i32(u > 0x7f800000, 0x7e00, 0x7c00);
+  int32_t r = select_i32(u >= 0x47800000, nan_inf, select_i32(u < 0x38800000, sub, norm));
   return static_cast<uint16_t>(r | sign);
 }
 
@@ -59,9 +68,10 @@ inline float bf16_to_f32(uint16_t b) {
 
 inline uint16_t f32_to_bf16(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
-  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  uint32_t nan = (u >> 16) | 0x0040u;  // quiet
-  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+  int32_t rounded = static_cast<int32_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  int32_t nan = static_cast<int32_t>((u >> 16) | 0x0040u);  // quiet
+  int32_t mag = static_cast<int32_t>(u & 0x7fffffffu);
+  return static_cast<uint16_t>(select_i32(mag > 0x7f800000, nan, rounded));
 }
 
 // Element-wise reduction of `n` inputs (n >= 1) of `count` elements into `out`.

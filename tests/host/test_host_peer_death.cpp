@@ -18,8 +18,7 @@ using namespace symmem::test;
 
 namespace {
 
-void kill_during(int nranks, int victim, const std::string& mode) {
-  const int timeout_ms = 10000;
+void kill_during(int nranks, int victim, const std::string& mode, int timeout_ms = 10000) {
   const int margin_ms = 3000;
   auto r = run({"-n", std::to_string(nranks), "--fail-grace", "30", "--timeout", "90", "--",
                 SYMMEM_HOST_KILL_WORKER, std::to_string(victim), mode},
@@ -60,6 +59,13 @@ TEST(HostPeerDeath, KilledDuringBarrier8) {
 }
 TEST(HostPeerDeath, KilledDuringSignalRing) {
   kill_during(4, 0, "signal");
+}
+TEST(HostPeerDeath, LivenessPollNamesDeadRank) {
+  kill_during(3, 2, "poll");
+}
+// Rendezvous waits on the store, which cannot tell that a rank died: Timeout naming it.
+TEST(HostPeerDeath, KilledBeforeAllocation) {
+  kill_during(4, 1, "alloc", 2000);
 }
 
 // A whole job (fds passed, buffers mapped, everything freed) leaves nothing in the socket

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -202,7 +203,31 @@ int main(int argc, char** argv) {
     }
   };
 
+  // NOTE [job socket directory]: the ranks' IpcChannel sockets live in a private (0700)
+  // directory of this job, removed when the job ends, so that a rank killed with SIGKILL (which
+  // cannot clean up after itself) leaves nothing behind.
+  std::string job_dir;
+  {
+    const char* parent = std::getenv("SYMMEM_SOCKET_DIR");
+    if (parent == nullptr || *parent == '\0') parent = std::getenv("XDG_RUNTIME_DIR");
+    if (parent == nullptr || *parent == '\0') parent = "/tmp";
+    std::string templ = std::string(parent) + "/symmem-run-XXXXXX";
+    if (::mkdtemp(templ.data()) == nullptr) {
+      std::fprintf(stderr, "symmem-run: cannot create a socket directory under %s: %s\n", parent,
+                   std::strerror(errno));
+      return 1;
+    }
+    job_dir = templ;
+    config.env["SYMMEM_SOCKET_DIR"] = job_dir;
+  }
+
   int rc = symmem::run::run_job(config);
   server->stop();
+  std::error_code ec;
+  std::filesystem::remove_all(job_dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "symmem-run: cannot remove %s: %s\n", job_dir.c_str(),
+                 ec.message().c_str());
+  }
   return rc;
 }
