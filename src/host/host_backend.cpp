@@ -28,6 +28,7 @@
 #include "core/ipc_channel.hpp"
 #include "core/log.hpp"
 #include "core/memory_registry.hpp"
+#include "host/host_backend.hpp"
 #include "host/host_ops.hpp"
 #include "host/host_sync.hpp"
 #include "symmem/backend.hpp"
@@ -235,6 +236,12 @@ class HostMemory final : public BackendMemory {
           }
         },
         /*whole_group=*/true);
+  }
+
+  // PeerFailure if any other rank's process has exited (host_check_peers_alive).
+  void check_group_alive(const char* op, int channel) const {
+    auto none = [](std::vector<Pending>*) {};
+    check_peers_alive(op, channel, none, /*whole_group=*/true);
   }
 
   // Set up by HostBackend::allocate.
@@ -523,6 +530,21 @@ std::shared_ptr<BackendMemory> HostBackend::allocate(const Group& group,
                            << " ranks (" << map_bytes << " bytes each)";
   return mem;
 }
+
+}  // namespace
+}  // namespace symmem::host
+
+namespace symmem {
+
+void host_check_peers_alive(const SymmetricMemory& buf, const char* op, int channel) {
+  auto* m = dynamic_cast<host::HostMemory*>(buf.backend_memory().get());
+  if (m != nullptr) m->check_group_alive(op, channel);
+}
+
+}  // namespace symmem
+
+namespace symmem::host {
+namespace {
 
 const bool kRegistered = [] {
   register_backend(std::make_shared<HostBackend>());

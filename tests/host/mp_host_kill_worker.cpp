@@ -1,8 +1,8 @@
 // Worker of test_host_peer_death. Every rank runs barriers (mode "barrier"), a signal ring
-// (mode "signal") or allocations (mode "alloc") on the host backend; the victim (argv[1])
-// SIGKILLs itself in round 50: in the middle of a barrier (after signalling only some peers),
-// before signalling its successor, or instead of joining an allocation's rendezvous.
-// Each survivor prints
+// (mode "signal"), allocations (mode "alloc") or liveness polls (mode "poll") on the host backend;
+// the victim (argv[1]) SIGKILLs itself in round 50: in the middle of a barrier (after signalling
+// only some peers), before signalling its successor, or instead of joining an allocation's
+// rendezvous. Each survivor prints
 //   RESULT rank=R code=<ErrorCode> ms=<time spent in the failing call> what=<message>
 // and exits 1; a survivor that sees no error prints "NO-ERROR rank=R" and exits 0.
 
@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "host/host_backend.hpp"
 #include "symmem/error.hpp"
 #include "symmem/group.hpp"
 #include "symmem/memory.hpp"
@@ -41,6 +42,12 @@ int main(int argc, char** argv) {
       t0 = std::chrono::steady_clock::now();
       if (mode == "barrier") {
         buf.barrier();
+      } else if (mode == "poll") {
+        // What the host collectives do in their own waits: poll the peers' liveness.
+        for (int i = 0; i < 20; ++i) {
+          symmem::host_check_peers_alive(buf, "poll", 0);
+          usleep(1000);
+        }
       } else if (mode == "alloc") {
         auto b = symmem::allocate(g, 4096 + static_cast<size_t>(round));
         b.barrier();

@@ -60,6 +60,9 @@ TEST(HostPeerDeath, KilledDuringBarrier8) {
 TEST(HostPeerDeath, KilledDuringSignalRing) {
   kill_during(4, 0, "signal");
 }
+TEST(HostPeerDeath, LivenessPollNamesDeadRank) {
+  kill_during(3, 2, "poll");
+}
 // Rendezvous waits on the store, which cannot tell that a rank died: Timeout naming it.
 TEST(HostPeerDeath, KilledBeforeAllocation) {
   kill_during(4, 1, "alloc", 2000);
