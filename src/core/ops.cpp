@@ -221,6 +221,9 @@ void resolve_backend_for(Call& c, const std::optional<Device>& requested) {
     name = c.recv_sym.backend();
   } else {
     name = resolve_backend(*c.group, c.device);
+    // A GPU backend selected for the process still leaves CPU buffers to the host backend (as
+    // allocate() does), e.g. a GPU program's host-side barrier or reductions.
+    if (!c.device.is_cuda() && (name == "cuda" || name == "nccl" || name == "nvshmem")) name = "host";
   }
   c.backend = get_backend(name);
   if (!c.backend->supports(c.kind, c.dtype)) {
