@@ -299,7 +299,7 @@ void check_reduce_scatter(DType t, ReduceOp op, size_t rc, bool sym, uint32_t se
                              ins[r].begin() + (g.rank() + 1) * rc * es);
   }
   const auto want = reference(t, op, mine_blocks, rc);
-  DevBuf recv(rc * es, 2);
+  DevBuf recv(rc * es, es);  // offset by one element: aligned for the dtype, not to 16 bytes
   if (sym) {
     auto buf = alloc_on(g, rc * n * es);
     upload(buf.ptr(g.rank()), ins[g.rank()]);
