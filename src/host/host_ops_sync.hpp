@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "host/host_backend.hpp"
 #include "symmem/error.hpp"
 #include "symmem/memory.hpp"
 
@@ -71,7 +72,7 @@ class PadSync {
   // `ws`: the group's CPU workspace. Throws InvalidArgument when the pad has fewer than 2
   // channels (SYMMEM_SIGNAL_PAD_BYTES too small for this world size).
   PadSync(const SymmetricMemory& ws, const char* op, std::chrono::milliseconds timeout)
-      : op_(op), rank_(ws.rank()), world_(ws.world_size()), timeout_(timeout) {
+      : ws_(ws), op_(op), rank_(ws.rank()), world_(ws.world_size()), timeout_(timeout) {
     int nc = ws.num_channels();
     if (nc < 2) {
       throw_error(ErrorCode::InvalidArgument, op, rank_,
@@ -128,6 +129,7 @@ class PadSync {
     }
     std::atomic_ref<uint32_t> sleeping(
         pads_[rank_][static_cast<size_t>(sleep_ch_) * world_ + rank_]);
+    auto next_liveness = SyncClock::now() + std::chrono::milliseconds(50);
     while (true) {
       sleeping.store(1, std::memory_order_seq_cst);
       if (s.load(std::memory_order_seq_cst) != 0) break;
@@ -140,6 +142,16 @@ class PadSync {
                         std::to_string(sync_ch_) +
                         " of the group workspace's signal pad; is that rank still running "
                         "the same sequence of ops?)");
+      }
+      // A peer that died is reported now (PeerFailure naming it), not at the deadline.
+      if (now >= next_liveness) {
+        next_liveness = now + std::chrono::milliseconds(50);
+        try {
+          host_check_peers_alive(ws_, op_, sync_ch_);
+        } catch (...) {
+          sleeping.store(0, std::memory_order_seq_cst);
+          throw;
+        }
       }
       auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline_ - now);
       if (left > std::chrono::milliseconds(50)) left = std::chrono::milliseconds(50);
@@ -160,6 +172,7 @@ class PadSync {
  private:
   static void consume(std::atomic_ref<uint32_t>& s) { s.fetch_sub(1, std::memory_order_acq_rel); }
 
+  SymmetricMemory ws_;
   const char* op_;
   int rank_;
   int world_;
