@@ -126,9 +126,6 @@ def run_trial(args, trial, rng):
             results[int(m.group(1))] = (m.group(2), int(m.group(3)), m.group(4))
     limit_ns = (args.timeout_ms + args.margin_ms) * 1_000_000
     survivors = [r for r in range(args.ranks) if r != victim]
-    if mode == "startup":
-        # A rank killed before it joined: survivors that had not finished from_env report too.
-        pass
     for r in survivors:
         if r not in results:
             if any(f"FAULT-DONE rank={r}" in l for l in lines):

@@ -43,7 +43,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   symmem::env::reset_cache_for_testing();
   for (const auto& s : settings) {
-    std::string type = s.type;
     try_call(
         [](const std::string& n) {
           const auto& all = symmem::env::settings();
