@@ -179,6 +179,7 @@ int main(int argc, char** argv) {
           std::fill(h32.begin(), h32.end(), mine);
           BENCH_CUDA(cudaMemcpy(data, h32.data(), bytes, cudaMemcpyHostToDevice));
         }
+        BENCH_CUDA(cudaDeviceSynchronize());  // pageable copies may return before the DMA lands
         op();
         BENCH_CUDA(cudaStreamSynchronize(s));
         const void* out = o.pointer ? recv : buf.ptr(rank);

@@ -132,6 +132,7 @@ void NcclBackend::use_comm(const Group& group, ncclComm_t comm) {
   c->lsa = lsa_team(comm);
   c->all_lsa = true;
   for (int p = 0; p < count; ++p) c->all_lsa = c->all_lsa && c->lsa.index_of(c->rank, p) >= 0;
+  c->all_lsa = c->all_lsa || c->single_rank();
   user_comms_[group.name()] = c;
   SYMMEM_LOG(INFO, INIT) << "nccl: group '" << group.name() << "' uses a communicator handed in"
                          << " (not owned): " << count << " ranks, cuda:" << device
@@ -153,7 +154,9 @@ std::shared_ptr<Comm> NcclBackend::comm_for(const Group& group, int device, cons
       SYMMEM_CHECK_ARG(op, group.rank(), c->device == device, "device",
                        "is cuda:" << device << " but group '" << group.name()
                                   << "' has its nccl communicator on cuda:" << c->device);
-      if (!c->symmetric_confirmed) confirm_symmetric(*c, op);
+      if (!c->symmetric_confirmed && !(c->single_rank() && c->confirm_tried)) {
+        confirm_symmetric(*c, op);
+      }
       return c;
     }
   }
@@ -211,27 +214,43 @@ std::shared_ptr<Comm> NcclBackend::create_comm(const Group& group, int device, c
   c->lsa = lsa_team(comm);
   c->all_lsa = true;
   for (int p = 0; p < world; ++p) c->all_lsa = c->all_lsa && c->lsa.index_of(rank, p) >= 0;
-  confirm_symmetric(*c, op);
+  c->all_lsa = c->all_lsa || c->single_rank();
+  confirm_symmetric(*c, op);  // see NOTE [one-rank communicators]
   int version = 0;
   (void)ncclGetVersion(&version);
   SYMMEM_LOG(INFO, INIT) << "nccl: communicator for group '" << group.name() << "': " << world
                          << " ranks on cuda:" << device << ", NCCL " << version << ", LSA team of "
                          << c->lsa.n_ranks << " (this rank " << c->lsa.rank << ")"
-                         << (c->all_lsa ? ", every peer in it" : "");
+                         << (c->all_lsa ? ", every peer in it" : "")
+                         << (c->no_window() ? " (one rank without NCCL symmetric support: "
+                                                            "buffers are used without a window)"
+                                            : "");
   return c;
 }
 
 void NcclBackend::confirm_symmetric(Comm& c, const char* op) {
   // Window registration can succeed without symmetric (LSA) support; ncclDevCommCreate cannot.
   DevComm* dc = nullptr;
+  c.confirm_tried = true;
   ncclResult_t r = dev_comm_create(c.comm, &dc);
+  if (r != ncclSuccess && c.single_rank()) {
+    const char* last = ncclGetLastError(c.comm);
+    SYMMEM_LOG(INFO, INIT) << "nccl: one-rank communicator of group '" << c.group_name
+                           << "' has no NCCL symmetric support (ncclDevCommCreate: "
+                           << ncclGetErrorString(r) << (last && last[0] ? ": " : "")
+                           << (last ? last : "")
+                           << "); its buffers are used directly, without a window";
+    return;
+  }
   if (r != ncclSuccess) {
     const char* last = ncclGetLastError(c.comm);
     throw_error(ErrorCode::BackendUnavailable, op, c.rank,
                 std::string("nccl backend: this NCCL communicator has no symmetric memory "
                             "support: ncclDevCommCreate(lsaBarrierCount=1) failed: ") +
                     ncclGetErrorString(r) + (last && last[0] ? std::string(": ") + last : "") +
-                    " (needs NCCL >= 2.28 with CUMEM enabled, NCCL_CUMEM_ENABLE != 0)");
+                    " (NCCL gives symmetric memory only with CUMEM enabled -- NCCL_CUMEM_ENABLE "
+                    "unset or 1 on a GPU with VMM and GPUDirect RDMA over VMM -- and all-direct "
+                    "P2P between the ranks of the host; NCCL_DEBUG=INFO shows which is missing)");
   }
   dev_comm_destroy(c.comm, dc);
   c.symmetric_confirmed = true;

@@ -40,6 +40,17 @@ struct Comm {
   LsaTeam lsa;
   bool all_lsa = false;              // every rank of the group is in this rank's LSA team
   bool symmetric_confirmed = false;  // ncclDevCommCreate succeeded once
+  bool confirm_tried = false;
+  // NOTE [one-rank communicators]
+  // NCCL 2.28 can deny symmetric (LSA) support to a communicator (symmetricSupport = 0, then
+  // ncclDevCommCreate fails with "Communicator does not support symmetric memory!"): it needs
+  // CUMEM (NCCL_CUMEM_ENABLE, auto-detected from the device's VMM and GPUDirect-RDMA-with-VMM
+  // attributes) and all-direct P2P among the local ranks. With one rank there is no peer to
+  // reach, so that case is served without the window: the buffer still comes from ncclMemAlloc,
+  // its own pointer fills the tables and the signals use symmem's device primitives on it, like
+  // every other rank count. With two or more ranks a missing capability is BackendUnavailable.
+  bool single_rank() const { return world == 1; }
+  bool no_window() const { return single_rank() && !symmetric_confirmed; }
   std::string group_name;
   ~Comm();
 };
@@ -62,6 +73,8 @@ class NcclBackend final : public Backend {
 
  private:
   std::shared_ptr<Comm> create_comm(const Group& group, int device, const char* op);
+  // Throws BackendUnavailable when NCCL gives no symmetric support (or, for a one-rank
+  // communicator, logs why and leaves c.symmetric_confirmed false; see the NOTE above).
   void confirm_symmetric(Comm& c, const char* op);
   void run_nccl_fallback(const OpArgs& args, Comm& c);
 

@@ -40,6 +40,17 @@ NcclMemory::NcclMemory(const Group& group, std::shared_ptr<Comm> comm, const Ren
     SYMMEM_NCCL_CHECK(op, rank_, comm_->comm, ncclMemAlloc(&base_, total));
     SYMMEM_CUDART_CHECK(op, rank_, cudaMemset(base_, 0, total));
     SYMMEM_CUDART_CHECK(op, rank_, cudaDeviceSynchronize());
+    if (comm_->no_window()) {
+      // NOTE [one-rank communicators] in nccl_backend.hpp: NCCL has no LSA team to give here.
+      buffers_.assign(1, base_);
+      std::vector<uint32_t*> pads{
+          reinterpret_cast<uint32_t*>(static_cast<char*>(base_) + pad_offset_)};
+      tables_ = std::make_unique<cuda::PeerTables>(device_, rank_, buffers_, std::move(pads));
+      SYMMEM_LOG(INFO, ALLOC) << "nccl: allocation " << info.alloc_id << " of group '"
+                              << group.name() << "': " << bytes_ << " bytes + " << pad_bytes_
+                              << " pad bytes from ncclMemAlloc, one rank (no window)";
+      return;
+    }
     // Collective over the communicator: the core has checked size and order on every rank.
     SYMMEM_NCCL_CHECK_CODE(
         ErrorCode::BackendUnavailable, op, rank_, comm_->comm,

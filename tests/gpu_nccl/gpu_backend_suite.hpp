@@ -73,6 +73,8 @@ inline void upload(void* dst, const std::vector<float>& v, DType t) {
     for (size_t i = 0; i < v.size(); ++i) h[i] = to_bf16(v[i]);
     ASSERT_EQ(cudaMemcpy(dst, h.data(), h.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
   }
+  // A copy from pageable memory may return before its DMA lands; ops run on non-blocking streams.
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 inline std::vector<float> download(const void* src, size_t n, DType t) {
@@ -189,6 +191,7 @@ TEST(GpuBackend, SignalsOrderData) {
     } else {
       DeviceBuffer tmp(n * 4);
       SUITE_CUDA(cudaMemcpy(tmp.p, v.data(), n * 4, cudaMemcpyHostToDevice));
+      SUITE_CUDA(cudaDeviceSynchronize());
       P2POptions po;
       po.stream = s;
       po.device = e.device;
@@ -413,6 +416,7 @@ TEST_P(GpuOps, AllToAllV) {
       d_recv_counts(w * 8), d_recv_offsets(w * 8);
   upload(send.p, in, t);
   SUITE_CUDA(cudaMemcpy(d_send_counts.p, send_counts.data(), w * 8, cudaMemcpyHostToDevice));
+  SUITE_CUDA(cudaDeviceSynchronize());
   all_to_all_v(send.p, static_cast<const int64_t*>(d_send_counts.p), recv.p,
                static_cast<int64_t*>(d_recv_counts.p), static_cast<int64_t*>(d_recv_offsets.p),
                capacity, t, e.group, AllToAllVOptions{op_opts()});

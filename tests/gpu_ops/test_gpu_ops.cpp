@@ -123,6 +123,10 @@ std::vector<char> download(const void* d, size_t bytes) {
 }
 void upload(void* d, const std::vector<char>& h) {
   EXPECT_EQ(cudaMemcpy(d, h.data(), h.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  // NOTE: cudaMemcpy from pageable memory may return before the DMA to the device has landed
+  // (CUDA runtime API, "API synchronization behavior"), and the ops run on non-blocking streams
+  // in this and the peer processes: without this, a peer can read the tail of a stale input.
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 // First differing element, for messages.

@@ -54,6 +54,7 @@ class CudaIO final : public MemIO {
     synchronize();
     check(d_.cuMemcpy(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), n),
           what);
+    synchronize();  // from pageable memory cuMemcpy may return before the DMA has landed
   }
   static void check(CUresult r, const char* what) {
     if (r != 0)
