@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
       std::printf(
           "SKIPPED: %d ranks share %d GPU(s): NVSHMEM runs several PEs on one GPU only under an "
           "MPS daemon (%s: %s) with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE set (%s); "
-          "scripts/gpu-check-plugins.sh starts MPS\n",
+          "scripts/gpu-check.sh starts MPS\n",
           e.group.local_world_size(), gpus, control.c_str(), mps ? "found" : "missing",
           pct ? "set" : "unset");
       return symmem::test::kSkipExitCode;
