@@ -50,7 +50,11 @@
     "If set, IPC sockets live in a private (0700) directory created under it; unset: the "       \
     "abstract socket namespace (nothing on disk).")                   \
   X("SYMMEM_ALLOW_SHARED_GPU", "bool", "0", "",                                                   \
-    "Allow several ranks on one GPU (cuda backend); needs MPS for concurrent kernels.")
+    "Allow several ranks on one GPU (cuda backend); needs MPS for concurrent kernels.")          \
+  X("SYMMEM_GPU_BLOCKS_PER_SM", "int", "", "1..2",                                                \
+    "Tuning: 512-thread blocks per SM share of the GPU collectives (default: tuning.hpp).")      \
+  X("SYMMEM_GPU_LL_MAX_BYTES", "int", "", "0..67108864",                                          \
+    "Tuning: largest piece the GPU collectives send LL under algo auto (default: tuning.hpp).")
 
 namespace symmem::env {
 

@@ -16,9 +16,11 @@ namespace symmem::env {
 namespace {
 
 std::mutex g_mutex;
+// NOTE [immortal statics]: the settings table and the cache are never destroyed, so that
+// destructors running at exit (a global Group's, as in the tests) can still read settings.
 std::map<std::string, std::optional<std::string>, std::less<>>& cache() {
-  static std::map<std::string, std::optional<std::string>, std::less<>> c;
-  return c;
+  static auto* c = new std::map<std::string, std::optional<std::string>, std::less<>>;
+  return *c;
 }
 
 const SettingInfo& find(std::string_view name) {
@@ -128,9 +130,10 @@ void check_type(const SettingInfo& s, std::string_view type) {
 const std::vector<SettingInfo>& settings() {
 #define SYMMEM_ENV_ENTRY(NAME, TYPE, DEFAULT, ACCEPTED, MEANING) \
   SettingInfo{NAME, TYPE, DEFAULT, ACCEPTED, MEANING},
-  static const std::vector<SettingInfo> all{SYMMEM_ENV_SETTINGS(SYMMEM_ENV_ENTRY)};
+  static const auto* all =
+      new std::vector<SettingInfo>{SYMMEM_ENV_SETTINGS(SYMMEM_ENV_ENTRY)};  // immortal (above)
 #undef SYMMEM_ENV_ENTRY
-  return all;
+  return *all;
 }
 
 std::string get_string(std::string_view name) {

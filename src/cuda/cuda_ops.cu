@@ -223,7 +223,9 @@ Call make_call(const OpArgs& a) {
   const int devices = std::max(1, proc().device_count);
   const int local = std::max(1, a.group->local_world_size());
   const int per_gpu = std::max(1, (local + devices - 1) / devices);
-  c.max_blocks = std::clamp(sms * K::kBlocksPerSm / per_gpu, 1, K::kMaxBlocks);
+  static const int per_sm = static_cast<int>(
+      symmem::env::get_int_or("SYMMEM_GPU_BLOCKS_PER_SM", K::kBlocksPerSm));
+  c.max_blocks = std::clamp(sms * per_sm / per_gpu, 1, K::kMaxBlocks);
   return c;
 }
 
@@ -369,6 +371,8 @@ K::KType ktype(const Call& c) {
 }
 
 size_t ll_threshold(int world) {
+  static const int64_t forced = symmem::env::get_int_or("SYMMEM_GPU_LL_MAX_BYTES", -1);
+  if (forced >= 0) return static_cast<size_t>(forced);
   for (const auto& t : K::kLLThresholds) {
     if (t.world == world) return t.ll_max_bytes;
   }
