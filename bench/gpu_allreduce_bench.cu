@@ -74,6 +74,8 @@ float f16_to_f32(uint16_t h) {
   return std::ldexp(1.0f + m / 1024.0f, e - 15);
 }
 
+__global__ void empty_kernel() {}
+
 struct Options {
   std::vector<size_t> sizes = {4096,     16384,    65536,     262144,
                                1u << 20, 4u << 20, 16u << 20, 64u << 20};
@@ -152,6 +154,58 @@ int main(int argc, char** argv) {
     cudaEvent_t e0, e1;
     BENCH_CUDA(cudaEventCreate(&e0));
     BENCH_CUDA(cudaEventCreate(&e1));
+    {
+      // Baseline: the host cost of one bare kernel launch on this stream in this setting (MPS
+      // adds to it), to read host_us of the eager rows against.
+      for (int i = 0; i < 100; ++i) empty_kernel<<<1, 32, 0, s>>>();
+      BENCH_CUDA(cudaStreamSynchronize(s));
+      const int n = 1000;
+      const auto h0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < n; ++i) empty_kernel<<<1, 32, 0, s>>>();
+      const double host_us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0)
+              .count() /
+          n;
+      BENCH_CUDA(cudaStreamSynchronize(s));
+      if (rank == 0) {
+        std::printf("{\"impl\":\"launch_baseline\",\"world\":%d,\"host_us\":%.3f}\n", world,
+                    host_us);
+      }
+    }
+    if (max_bytes >= (16u << 20)) {
+      // Achievable HBM rate here: every rank copies max_bytes device to device at the same
+      // time (N processes share the GPU like the all-reduce does); counts read + written bytes.
+      void *a = nullptr, *b = nullptr;
+      BENCH_CUDA(cudaMalloc(&a, max_bytes));
+      BENCH_CUDA(cudaMalloc(&b, max_bytes));
+      BENCH_CUDA(cudaMemcpyAsync(b, a, max_bytes, cudaMemcpyDeviceToDevice, s));
+      symmem::OpOptions bo;
+      bo.stream = s;
+      bo.device = symmem::Device::cuda(dev);
+      std::vector<double> t;
+      for (int rep = 0; rep < 5; ++rep) {
+        symmem::barrier(g, bo);
+        BENCH_CUDA(cudaEventRecord(e0, s));
+        for (int i = 0; i < 5; ++i) {
+          BENCH_CUDA(cudaMemcpyAsync(b, a, max_bytes, cudaMemcpyDeviceToDevice, s));
+        }
+        BENCH_CUDA(cudaEventRecord(e1, s));
+        BENCH_CUDA(cudaStreamSynchronize(s));
+        float ms = 0;
+        BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+        t.push_back(1000.0 * ms / 5);
+      }
+      std::sort(t.begin(), t.end());
+      const double us = t[t.size() / 2];
+      if (rank == 0) {
+        std::printf(
+            "{\"impl\":\"copy_baseline\",\"world\":%d,\"bytes\":%zu,\"us\":%.3f,"
+            "\"all_ranks_tbps\":%.3f}\n",
+            world, max_bytes, us, 2.0 * static_cast<double>(max_bytes) * world / us / 1e6);
+      }
+      BENCH_CUDA(cudaFree(a));
+      BENCH_CUDA(cudaFree(b));
+    }
     bool all_ok = true;
     for (size_t bytes : o.sizes) {
       const size_t count = bytes / es;

@@ -31,6 +31,25 @@ const SettingInfo& find(std::string_view name) {
               "setting '" + std::string(name) + "' is not declared in symmem/env.hpp");
 }
 
+// Parsed values of the hot settings (read on every op), so a call costs one map lookup.
+template <class T>
+std::map<std::string, T, std::less<>>& parsed() {
+  static auto* c = new std::map<std::string, T, std::less<>>;  // immortal, see the NOTE
+  return *c;
+}
+template <class T>
+std::optional<T> parsed_get(std::string_view name) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = parsed<T>().find(name);
+  if (it == parsed<T>().end()) return std::nullopt;
+  return it->second;
+}
+template <class T>
+void parsed_put(std::string_view name, const T& v) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  parsed<T>().emplace(std::string(name), v);
+}
+
 // The raw value: read from the environment once, then cached.
 std::optional<std::string> raw(std::string_view name) {
   std::lock_guard<std::mutex> lock(g_mutex);
@@ -137,21 +156,27 @@ const std::vector<SettingInfo>& settings() {
 }
 
 std::string get_string(std::string_view name) {
+  if (auto hit = parsed_get<std::string>(name)) return *hit;
   const auto& s = find(name);
   std::string v = raw(name).value_or(s.default_value);
-  if (std::string_view(s.type) == "enum") return parse_enum(s, v);
+  if (std::string_view(s.type) == "enum") v = parse_enum(s, v);
+  parsed_put(name, v);
   return v;
 }
 
 std::optional<int64_t> get_int(std::string_view name) {
+  if (auto hit = parsed_get<std::optional<int64_t>>(name)) return *hit;
   const auto& s = find(name);
   check_type(s, "int");
   auto v = raw(name);
+  std::optional<int64_t> out;
   if (!v || v->empty()) {
-    if (std::string_view(s.default_value).empty()) return std::nullopt;
-    return parse_int(s, s.default_value);
+    if (!std::string_view(s.default_value).empty()) out = parse_int(s, s.default_value);
+  } else {
+    out = parse_int(s, *v);
   }
-  return parse_int(s, *v);
+  parsed_put(name, out);
+  return out;
 }
 
 int64_t get_int_or(std::string_view name, int64_t fallback) {
@@ -206,6 +231,8 @@ void reset_cache_for_testing() {
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     cache().clear();
+    parsed<std::string>().clear();
+    parsed<std::optional<int64_t>>().clear();
   }
   detail::log_reset_for_testing();
 }
