@@ -44,7 +44,9 @@ namespace symmem::cuda::kernels {
 
 inline constexpr int kThreads = 512;        // threads per block of every collective kernel
 inline constexpr int kMaxBlocks = 256;      // flag rows per rank (blocks of a barrier kernel)
-inline constexpr int kMaxInlinePeers = 32;  // peer pointers passed by value up to this world
+// Peer pointers passed by value up to this world size; beyond it a device table. Kept small:
+// the kernel parameters (LLArgs 288 bytes, ReduceArgs 368) are part of every launch's cost.
+inline constexpr int kMaxInlinePeers = 8;
 inline constexpr size_t kCtrlFlagsOffset = 256;
 inline constexpr size_t kLLTotalDataBytes = 2u << 20;  // LL capacity, split among the sources
 

@@ -47,13 +47,16 @@ SYMMEM_KDEV void reduce_full_units(const PeerPtrs& in, int world, int64_t base, 
   using V16 = Vec<K, 16>;
   if constexpr (kW > 0) {
     // Units per thread per step: kU x kW 16-byte loads in flight (>= 4), within 64 registers
-    // (launch bounds 512 x 2) without spills on sm_90.
+    // (launch bounds 512 x 2) without spills on sm_90. Each warp takes 32 x kU consecutive units
+    // per step (kU x 512 contiguous bytes of every peer's buffer).
     constexpr int kU = kW <= 2 ? 2 : 1;
-    for (int64_t u0 = lo + threadIdx.x; u0 < hi; u0 += static_cast<int64_t>(blockDim.x) * kU) {
+    const int64_t lane = threadIdx.x & 31;
+    const int64_t step = static_cast<int64_t>(blockDim.x) * kU;
+    for (int64_t u0 = lo + (threadIdx.x >> 5) * 32 * kU + lane; u0 < hi; u0 += step) {
       uint4 x[kU][kW];
 #pragma unroll
       for (int j = 0; j < kU; ++j) {
-        const int64_t u = u0 + static_cast<int64_t>(j) * blockDim.x;
+        const int64_t u = u0 + static_cast<int64_t>(j) * 32;
         if (u < hi) {
 #pragma unroll
           for (int p = 0; p < kW; ++p) x[j][p] = ld_cg_v4(peer(in, p) + base + u * 16);
@@ -61,7 +64,7 @@ SYMMEM_KDEV void reduce_full_units(const PeerPtrs& in, int world, int64_t base, 
       }
 #pragma unroll
       for (int j = 0; j < kU; ++j) {
-        const int64_t u = u0 + static_cast<int64_t>(j) * blockDim.x;
+        const int64_t u = u0 + static_cast<int64_t>(j) * 32;
         if (u < hi) {
           V16 acc;
           acc.load(x[j][0]);
