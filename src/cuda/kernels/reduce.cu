@@ -49,7 +49,7 @@ SYMMEM_KDEV void reduce_full_units(const PeerPtrs& in, int world, int64_t base, 
     // Units per thread per step: kU x kW 16-byte loads in flight (>= 4), within 64 registers
     // (launch bounds 512 x 2) without spills on sm_90. Each warp takes 32 x kU consecutive units
     // per step (kU x 512 contiguous bytes of every peer's buffer).
-    constexpr int kU = kW <= 2 ? 2 : 1;
+    constexpr int kU = kW <= 4 ? 2 : 1;
     const int64_t lane = threadIdx.x & 31;
     const int64_t step = static_cast<int64_t>(blockDim.x) * kU;
     for (int64_t u0 = lo + (threadIdx.x >> 5) * 32 * kU + lane; u0 < hi; u0 += step) {
