@@ -42,7 +42,7 @@ namespace symmem::nvshm {
 namespace {
 
 constexpr int kThreads = 512;
-constexpr size_t kChunk = 1 << 20;  // bytes one block moves per transfer
+constexpr size_t kChunk = 256 << 10;  // bytes one block moves per transfer
 constexpr int kOpChannel = 0;       // the workspace pad channel the ops synchronise on
 
 size_t align_up(size_t n, size_t a) {
@@ -109,6 +109,21 @@ __global__ void a2a_kernel(char* dst, const char* src, size_t block_bytes, const
   }
 }
 
+// Local copy by the whole grid: 16-byte vectors when both ends allow, bytes for the rest.
+__device__ void grid_copy(char* dst, const char* src, size_t bytes) {
+  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t nt = static_cast<size_t>(gridDim.x) * blockDim.x;
+  size_t done = 0;
+  if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0) {
+    const size_t n16 = bytes / 16;
+    auto* d = reinterpret_cast<uint4*>(dst);
+    const auto* s = reinterpret_cast<const uint4*>(src);
+    for (size_t i = tid; i < n16; i += nt) d[i] = s[i];
+    done = n16 * 16;
+  }
+  for (size_t i = done + tid; i < bytes; i += nt) dst[i] = src[i];
+}
+
 // all_to_all_v stage in: send_counts -> my row, send data -> src area (capacity checked).
 __global__ void a2av_stage_kernel(const int64_t* send_counts, int world, const char* send,
                                   int64_t* my_row, char* src_area, size_t src_capacity_elems,
@@ -129,11 +144,7 @@ __global__ void a2av_stage_kernel(const int64_t* send_counts, int world, const c
     }
     return;
   }
-  const size_t bytes = static_cast<size_t>(total) * esize;
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < bytes;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    src_area[i] = send[i];
-  }
+  grid_copy(src_area, send, static_cast<size_t>(total) * esize);
 }
 
 // Publishes my row of counts into row `me` of every peer's matrix.
@@ -197,11 +208,7 @@ __global__ void a2av_finish_kernel(const int64_t* matrix, int world, const char*
     }
     return;
   }
-  const size_t bytes = static_cast<size_t>(total) * esize;
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < bytes;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    recv[i] = dst_area[i];
-  }
+  grid_copy(recv, dst_area, static_cast<size_t>(total) * esize);
 }
 
 template <class T>
@@ -215,6 +222,11 @@ __global__ void scale_kernel(T* data, size_t n, float factor) {
 unsigned grid_for(size_t bytes, unsigned max_blocks = 32) {
   size_t g = (bytes + kChunk - 1) / kChunk;
   return static_cast<unsigned>(std::clamp<size_t>(g, 1, max_blocks));
+}
+
+// Blocks of a local grid_copy of `bytes` (64 KiB per block, at most 128).
+unsigned copy_grid(size_t bytes) {
+  return static_cast<unsigned>(std::clamp<size_t>((bytes + 65535) / 65536, 1, 128));
 }
 
 // ---- host helpers ------------------------------------------------------------------------------
@@ -382,7 +394,7 @@ void NvshmemBackend::run_all_to_all(const OpArgs& a) {
   copy_async(src, a.send, block * world, stream, op, rank);
   barrier_on(ws, mem, a, op);
   NvSync s = mem.nv_sync(0, mem.bytes(), a.timeout);
-  dim3 grid(grid_for(block, 8), world);
+  dim3 grid(grid_for(block), world);
   a2a_kernel<<<grid, kThreads, 0, stream>>>(dst, src, block, s.pes, rank);
   check_launch(op, rank);
   barrier_on(ws, mem, a, op);
@@ -411,19 +423,19 @@ void NvshmemBackend::run_all_to_all_v(const OpArgs& a) {
   long long* rec = a2av_record();
 
   barrier_on(ws, mem, a, op);  // peers are done with the previous op's workspace
-  a2av_stage_kernel<<<grid_for(a.recv_capacity * esize, 16), kThreads, 0, stream>>>(
+  a2av_stage_kernel<<<copy_grid(a.recv_capacity * esize), kThreads, 0, stream>>>(
       a.send_counts, world, static_cast<const char*>(a.send), my_row, src_area, a.recv_capacity,
       esize, rec, rank);
   check_launch(op, rank);
   a2av_counts_kernel<<<world, 32, 0, stream>>>(matrix, my_row, world, s.pes, rank);
   check_launch(op, rank);
   barrier_on(ws, mem, a, op);  // every row arrived
-  dim3 grid(grid_for(a.recv_capacity * esize / std::max(world, 1), 8), world);
+  dim3 grid(grid_for(a.recv_capacity * esize / std::max(world, 1)), world);
   a2av_data_kernel<<<grid, kThreads, 0, stream>>>(matrix, world, src_area, dst_area,
                                                   a.recv_capacity, esize, s.pes, rank);
   check_launch(op, rank);
   barrier_on(ws, mem, a, op);  // every block arrived
-  a2av_finish_kernel<<<grid_for(a.recv_capacity * esize, 16), kThreads, 0, stream>>>(
+  a2av_finish_kernel<<<copy_grid(a.recv_capacity * esize), kThreads, 0, stream>>>(
       matrix, world, dst_area, static_cast<char*>(a.recv), a.recv_counts, a.recv_offsets,
       a.recv_counts_known, a.recv_capacity, esize, rec, rank);
   check_launch(op, rank);
