@@ -714,12 +714,8 @@ void one_sided(OpKind kind, const SymmetricMemory& target, size_t offset, const 
   if (timeout.count() <= 0)
     throw_invalid_argument(op, rank, "timeout",
                            "is " + std::to_string(o.timeout.count()) + " ms; use > 0 or -1");
-  if (!target.direct_access(peer)) {
-    throw_error(ErrorCode::Unsupported, op, rank,
-                "rank " + std::to_string(peer) + "'s part of " + describe(target) +
-                    " is not directly addressable from this rank (backend " + target.backend() +
-                    ")");
-  }
+  // A peer without direct (load/store) access is the backend's call: nvshmem reaches it with
+  // device-initiated transfers, the peer-pointer backends answer Unsupported naming the peer.
   auto backend = get_backend(target.backend());
   if (!backend->supports(kind, DType::f32)) {
     throw_error(ErrorCode::Unsupported, op, rank,

@@ -675,8 +675,9 @@ void cuda_run_op(const OpArgs& a) {
     char* remote = static_cast<char*>(a.target.ptr(a.root));
     if (remote == nullptr) {
       symmem::throw_error(ErrorCode::Unsupported, op, rank,
-                          "rank " + std::to_string(a.root) +
-                              "'s buffer is not directly addressable from this rank");
+                          "rank " + std::to_string(a.root) + "'s part of the buffer is not "
+                              "directly addressable from this rank (backend " +
+                              a.target.backend() + "); the nvshmem backend reaches such peers");
     }
     remote += a.target_offset;
     if (a.kind == OpKind::put) {
