@@ -6,7 +6,9 @@
 // bytes (the whole message for all_reduce; the per-rank block for reduce_scatter, all_gather
 // and all_to_all) goes LL. Initial values come from the cost model in docs/performance.md
 // (LL moves ~4 x bytes x world^2 through HBM in total, two-shot ~2 x bytes x world plus two
-// barrier round trips) and torch's numbers in GPU.md; retune from bench/torch_compare.py.
+// barrier round trips) and torch's numbers in GPU.md; the values for 2 and 4 ranks are the
+// crossovers measured on the H200 (docs/performance.md, "Thresholds"). Retune with
+// bench/gpu_allreduce_bench --algos one_shot,two_shot, or override with SYMMEM_GPU_LL_MAX_BYTES.
 // A value above the LL capacity of the workspace (kernels.hpp, kLLTotalDataBytes / world) is
 // clamped to it. Algo::one_shot uses LL up to that capacity, then a barrier-based one-shot.
 
