@@ -414,4 +414,46 @@ SYMMEM_KDEV void store8_any(char* p, uint64_t v, int nb) {
   }
 }
 
+// ---- launch dispatch ------------------------------------------------------------------------
+// Calls f(Instance<K, kW>{}) for the element type and the world size of a launch: the world
+// sizes 2, 4 and 8 get their own template instances, any other size the generic one (kW = 0).
+// Returns the launch's cudaError_t as an int.
+template <KType K_, int kW_>
+struct Instance {
+  static constexpr KType K = K_;
+  static constexpr int kW = kW_;
+};
+
+template <KType K, class F>
+int dispatch_world(int world, F&& f) {
+  switch (world) {
+    case 2:
+      f(Instance<K, 2>{});
+      break;
+    case 4:
+      f(Instance<K, 4>{});
+      break;
+    case 8:
+      f(Instance<K, 8>{});
+      break;
+    default:
+      f(Instance<K, 0>{});
+      break;
+  }
+  return static_cast<int>(cudaGetLastError());
+}
+
+template <class F>
+int dispatch_type_world(KType type, int world, F&& f) {
+  switch (type) {
+    case KType::f32:
+      return dispatch_world<KType::f32>(world, f);
+    case KType::f16:
+      return dispatch_world<KType::f16>(world, f);
+    case KType::bf16:
+      return dispatch_world<KType::bf16>(world, f);
+  }
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
 }  // namespace symmem::cuda::kernels

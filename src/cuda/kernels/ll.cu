@@ -160,38 +160,13 @@ __global__ void __launch_bounds__(kThreads, 2) ll_kernel(const LLArgs a) {
   finish_epoch(s, epoch);
 }
 
-template <KType K>
-int launch_typed(const LLArgs& a, int blocks, cudaStream_t st) {
-  switch (a.sync.world) {
-    case 2:
-      ll_kernel<K, 2><<<blocks, kThreads, 0, st>>>(a);
-      break;
-    case 4:
-      ll_kernel<K, 4><<<blocks, kThreads, 0, st>>>(a);
-      break;
-    case 8:
-      ll_kernel<K, 8><<<blocks, kThreads, 0, st>>>(a);
-      break;
-    default:
-      ll_kernel<K, 0><<<blocks, kThreads, 0, st>>>(a);
-      break;
-  }
-  return static_cast<int>(cudaGetLastError());
-}
-
 }  // namespace
 
 int launch_ll(const LLArgs& a, KType type, int blocks, void* stream) {
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  switch (type) {
-    case KType::f32:
-      return launch_typed<KType::f32>(a, blocks, st);
-    case KType::f16:
-      return launch_typed<KType::f16>(a, blocks, st);
-    case KType::bf16:
-      return launch_typed<KType::bf16>(a, blocks, st);
-  }
-  return static_cast<int>(cudaErrorInvalidValue);
+  return dispatch_type_world(type, a.sync.world, [&](auto i) {
+    ll_kernel<decltype(i)::K, decltype(i)::kW><<<blocks, kThreads, 0, st>>>(a);
+  });
 }
 
 }  // namespace symmem::cuda::kernels

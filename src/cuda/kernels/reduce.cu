@@ -177,38 +177,13 @@ __global__ void __launch_bounds__(kThreads, 2) reduce_kernel(const ReduceArgs a)
   finish_epoch(s, epoch);
 }
 
-template <KType K>
-int launch_typed(const ReduceArgs& a, int blocks, cudaStream_t st) {
-  switch (a.sync.world) {
-    case 2:
-      reduce_kernel<K, 2><<<blocks, kThreads, 0, st>>>(a);
-      break;
-    case 4:
-      reduce_kernel<K, 4><<<blocks, kThreads, 0, st>>>(a);
-      break;
-    case 8:
-      reduce_kernel<K, 8><<<blocks, kThreads, 0, st>>>(a);
-      break;
-    default:
-      reduce_kernel<K, 0><<<blocks, kThreads, 0, st>>>(a);
-      break;
-  }
-  return static_cast<int>(cudaGetLastError());
-}
-
 }  // namespace
 
 int launch_reduce(const ReduceArgs& a, KType type, int blocks, void* stream) {
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  switch (type) {
-    case KType::f32:
-      return launch_typed<KType::f32>(a, blocks, st);
-    case KType::f16:
-      return launch_typed<KType::f16>(a, blocks, st);
-    case KType::bf16:
-      return launch_typed<KType::bf16>(a, blocks, st);
-  }
-  return static_cast<int>(cudaErrorInvalidValue);
+  return dispatch_type_world(type, a.sync.world, [&](auto i) {
+    reduce_kernel<decltype(i)::K, decltype(i)::kW><<<blocks, kThreads, 0, st>>>(a);
+  });
 }
 
 }  // namespace symmem::cuda::kernels
