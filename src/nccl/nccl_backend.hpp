@@ -42,13 +42,14 @@ struct Comm {
   bool symmetric_confirmed = false;  // ncclDevCommCreate succeeded once
   bool confirm_tried = false;
   // NOTE [one-rank communicators]
-  // NCCL 2.28 can deny symmetric (LSA) support to a communicator (symmetricSupport = 0, then
-  // ncclDevCommCreate fails with "Communicator does not support symmetric memory!"): it needs
-  // CUMEM (NCCL_CUMEM_ENABLE, auto-detected from the device's VMM and GPUDirect-RDMA-with-VMM
-  // attributes) and all-direct P2P among the local ranks. With one rank there is no peer to
-  // reach, so that case is served without the window: the buffer still comes from ncclMemAlloc,
-  // its own pointer fills the tables and the signals use symmem's device primitives on it, like
-  // every other rank count. With two or more ranks a missing capability is BackendUnavailable.
+  // NCCL 2.28 can refuse a one-rank communicator the device communicator, as seen on the H200
+  // machine: 2.28.3 (the system's; with MPS and without) says "Communicator does not support
+  // symmetric memory!" (symmetric support needs CUMEM and all-direct P2P among the local
+  // ranks), 2.28.9 (torch's wheel; without MPS) says "GIN not supported.". With one rank there
+  // is no peer to reach, so that case is served without the window: the buffer still comes from
+  // ncclMemAlloc, its own pointer fills the tables and the signals use symmem's device
+  // primitives on it, like every other rank count. With two or more ranks a missing capability
+  // is BackendUnavailable.
   bool single_rank() const { return world == 1; }
   bool no_window() const { return single_rank() && !symmetric_confirmed; }
   std::string group_name;
