@@ -163,8 +163,7 @@ int main(int argc, char** argv) {
       const auto h0 = std::chrono::steady_clock::now();
       for (int i = 0; i < n; ++i) empty_kernel<<<1, 32, 0, s>>>();
       const double host_us =
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0)
-              .count() /
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count() /
           n;
       BENCH_CUDA(cudaStreamSynchronize(s));
       if (rank == 0) {
@@ -299,8 +298,7 @@ int main(int argc, char** argv) {
                 "{\"impl\":\"symmem\",\"algo\":\"%s\",\"mode\":\"%s\",\"world\":%d,\"bytes\":%zu,"
                 "\"dtype\":\"%s\",\"us\":%.3f,\"host_us\":%.3f,\"correct\":%s,\"form\":\"%s\"}\n",
                 symmem::to_string(algo), mode.c_str(), world, bytes, symmem::to_string(o.dtype), us,
-                host_us,
-                wrong == 0 ? "true" : "false", o.pointer ? "pointer" : "symmetric");
+                host_us, wrong == 0 ? "true" : "false", o.pointer ? "pointer" : "symmetric");
             std::fflush(stdout);
           }
         }

@@ -75,9 +75,10 @@ std::vector<std::string> split(std::string_view s, char sep) {
   return out;
 }
 
-[[noreturn]] void bad_value(const SettingInfo& s, const std::string& value, const std::string& why) {
-  std::string msg = "environment variable " + std::string(s.name) + "='" + value + "' is invalid: " +
-                    why;
+[[noreturn]] void bad_value(const SettingInfo& s, const std::string& value,
+                            const std::string& why) {
+  std::string msg =
+      "environment variable " + std::string(s.name) + "='" + value + "' is invalid: " + why;
   throw Error(ErrorCode::InvalidArgument, "env: " + msg);
 }
 
@@ -212,10 +213,14 @@ void validate_all() {
     auto v = raw(s.name);
     if (!v) continue;
     std::string_view type = s.type;
-    if (type == "enum") parse_enum(s, *v);
-    else if (type == "int" && !v->empty()) parse_int(s, *v);
-    else if (type == "bool") parse_bool(s, *v);
-    else if (type == "list") parse_list(s, *v);
+    if (type == "enum")
+      parse_enum(s, *v);
+    else if (type == "int" && !v->empty())
+      parse_int(s, *v);
+    else if (type == "bool")
+      parse_bool(s, *v);
+    else if (type == "list")
+      parse_list(s, *v);
   }
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     std::string_view kv(*e);

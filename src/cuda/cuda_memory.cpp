@@ -459,17 +459,7 @@ bool CudaMemory::direct_access(int peer) const {
 }
 
 DeviceHandle CudaMemory::device_handle(size_t offset, size_t length) const {
-  DeviceHandle h;
-  h.rank = rank_;
-  h.world_size = world_;
-  h.size = length;
-  h.pad_slots = static_cast<uint32_t>(pad_bytes_ / sizeof(uint32_t));
-  h.num_channels = h.pad_slots / static_cast<uint32_t>(world_);
-  h.buffers = tables_->view_buffers_device(offset);
-  h.signal_pads = tables_->pads_device();
-  h.timeout_record = timeout_record();
-  h.timeout_ns = timeout_to_ns(Millis(-1));
-  return h;
+  return tables_->handle(offset, length, pad_bytes_);
 }
 
 void CudaMemory::barrier(int channel, Millis timeout, Stream stream) {

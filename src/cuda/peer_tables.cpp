@@ -1,6 +1,7 @@
 #include "cuda/peer_tables.hpp"
 
 #include "cuda/cuda_check.hpp"
+#include "cuda/timeout_record.hpp"
 
 namespace symmem::cuda {
 
@@ -89,6 +90,20 @@ void* const* PeerTables::view_buffers_device(size_t offset) const {
   void** table = upload(host);
   views_.emplace(offset, table);
   return table;
+}
+
+DeviceHandle PeerTables::handle(size_t offset, size_t length, size_t pad_bytes) const {
+  DeviceHandle h;
+  h.rank = rank_;
+  h.world_size = world_size();
+  h.size = length;
+  h.pad_slots = static_cast<uint32_t>(pad_bytes / sizeof(uint32_t));
+  h.num_channels = h.pad_slots / static_cast<uint32_t>(world_size());
+  h.buffers = offset == 0 ? buffers_device() : view_buffers_device(offset);
+  h.signal_pads = pads_device();
+  h.timeout_record = timeout_record();
+  h.timeout_ns = timeout_to_ns(Millis(-1));
+  return h;
 }
 
 }  // namespace symmem::cuda

@@ -17,6 +17,8 @@
 #include <mutex>
 #include <vector>
 
+#include "symmem/device_handle.hpp"
+
 namespace symmem::cuda {
 
 // Makes `device` current for the scope and restores the previous device after.
@@ -48,6 +50,9 @@ class PeerTables {
   uint32_t* const* pads_device() const { return pads_dev_; }
   // Device table of buffers_[p] + offset (nullptr entries stay nullptr). Cached.
   void* const* view_buffers_device(size_t offset) const;
+  // The DeviceHandle of bytes [offset, offset + length) of every rank's buffer, with signal
+  // pads of `pad_bytes` each (one channel = world_size() slots); no deadline of its own.
+  DeviceHandle handle(size_t offset, size_t length, size_t pad_bytes) const;
 
  private:
   void** upload(const std::vector<void*>& host) const;

@@ -223,7 +223,7 @@ std::shared_ptr<Comm> NcclBackend::create_comm(const Group& group, int device, c
                          << c->lsa.n_ranks << " (this rank " << c->lsa.rank << ")"
                          << (c->all_lsa ? ", every peer in it" : "")
                          << (c->no_window() ? " (one rank without NCCL symmetric support: "
-                                                            "buffers are used without a window)"
+                                              "buffers are used without a window)"
                                             : "");
   return c;
 }

@@ -43,7 +43,7 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr size_t kChunk = 256 << 10;  // bytes one block moves per transfer
-constexpr int kOpChannel = 0;       // the workspace pad channel the ops synchronise on
+constexpr int kOpChannel = 0;         // the workspace pad channel the ops synchronise on
 
 size_t align_up(size_t n, size_t a) {
   return (n + a - 1) / a * a;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gpu_kernels.hpp"
+#include "gpu_test_main.hpp"
 #include "symmem/symmem.hpp"
 #include "test_util.hpp"
 
@@ -315,32 +316,5 @@ TEST(CudaBackend, MismatchedSizesCaught) {
 }  // namespace symmem::test
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  std::string why;
-  if (!symmem::test::have_gpu(&why)) {
-    std::printf("SKIPPED: %s\n", why.c_str());
-    return symmem::test::kSkipExitCode;
-  }
-  try {
-    symmem::test::g_group = symmem::Group::from_env();
-    const int count = symmem::test::gpu_count();
-    symmem::test::g_device = symmem::test::g_group.local_rank() % count;
-    if (cudaSetDevice(symmem::test::g_device) != cudaSuccess) {
-      std::fprintf(stderr, "cudaSetDevice(%d) failed\n", symmem::test::g_device);
-      return 1;
-    }
-    std::printf("rank %d/%d: GPU %d of %d\n", symmem::test::g_group.rank(),
-                symmem::test::g_group.world_size(), symmem::test::g_device, count);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "setup failed: %s\n", e.what());
-    return 1;
-  }
-  int rc = RUN_ALL_TESTS();
-  try {
-    symmem::test::g_group.store_barrier();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "final barrier failed: %s\n", e.what());
-    rc = rc ? rc : 1;
-  }
-  return rc;
+  return symmem::test::gpu_test_main(argc, argv, symmem::test::g_group, symmem::test::g_device);
 }

@@ -42,8 +42,8 @@
 
 namespace symmem::cuda::kernels {
 
-inline constexpr int kThreads = 512;        // threads per block of every collective kernel
-inline constexpr int kMaxBlocks = 256;      // flag rows per rank (blocks of a barrier kernel)
+inline constexpr int kThreads = 512;    // threads per block of every collective kernel
+inline constexpr int kMaxBlocks = 256;  // flag rows per rank (blocks of a barrier kernel)
 // Peer pointers passed by value up to this world size; beyond it a device table. Kept small:
 // the kernel parameters (LLArgs 288 bytes, ReduceArgs 368) are part of every launch's cost.
 inline constexpr int kMaxInlinePeers = 8;
