@@ -8,6 +8,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -143,7 +144,8 @@ TEST(GpuBackend, AllocationPeersAndHandle) {
   // The pad is zero at rest.
   std::vector<uint32_t> pad(h.pad_slots, 7);
   SUITE_CUDA(cudaMemcpy(pad.data(), buf.signal_pad(r), pad.size() * 4, cudaMemcpyDeviceToHost));
-  for (uint32_t s : pad) ASSERT_EQ(s, 0u);
+  EXPECT_EQ(static_cast<size_t>(std::count(pad.begin(), pad.end(), 0u)), pad.size())
+      << "pad slots not zero at rest";  // EXPECT: every rank still reaches the store barrier
   // Bad arguments name themselves.
   test::expect_error([&] { (void)buf.ptr(w); }, ErrorCode::InvalidArgument, {"peer"});
   e.group.store_barrier();  // every rank read its resting pad before a barrier flag can land
