@@ -262,19 +262,18 @@ K::PeerPtrs peers_of(const Call& c, const SymmetricMemory& m, int64_t offset) {
   return t;
 }
 
-// A user buffer inside symmetric memory: peers' addresses of the same offset, and its descriptor.
-struct Sym {
-  K::PeerPtrs ptrs;
-  int64_t alloc = -1;
-  int64_t offset = -1;
-};
-Sym sym_of(const Call& c, const SymmetricMemory& view, const void* p) {
-  Sym s;
+// The op's send or recv buffer used in place (it lies in symmetric memory): the peers'
+// addresses at the same offset, after publishing {allocation, offset} in the descriptor slot of
+// that side (desc[0..1] send, desc[2..3] recv; NOTE [zero-copy agreement]).
+enum class Side { send, recv };
+K::PeerPtrs zero_copy(const Call& c, K::SyncArgs& sync, Side side) {
+  const bool recv = side == Side::recv;
+  const SymmetricMemory& view = recv ? c.a.recv_sym : c.a.send_sym;
+  const void* p = recv ? c.a.recv : c.a.send;
   const int64_t delta = static_cast<const char*>(p) - static_cast<const char*>(view.ptr(c.rank));
-  s.ptrs = peers_of(c, view, delta);
-  s.alloc = static_cast<int64_t>(view.alloc_id());
-  s.offset = static_cast<int64_t>(view.offset()) + delta;
-  return s;
+  sync.desc[recv ? 2 : 0] = static_cast<int64_t>(view.alloc_id());
+  sync.desc[recv ? 3 : 1] = static_cast<int64_t>(view.offset()) + delta;
+  return peers_of(c, view, delta);
 }
 
 // The group's workspace for this op, initialised on first use (NOTE [workspace layout]).
@@ -442,20 +441,14 @@ void all_reduce(const Call& c) {
   k.red = static_cast<K::KRed>(a.redop);
   k.count = static_cast<int64_t>(a.count);
   if (zc_in) {
-    Sym s = sym_of(c, a.send_sym, a.send);
-    k.in = s.ptrs;
-    k.sync.desc[0] = s.alloc;
-    k.sync.desc[1] = s.offset;
+    k.in = zero_copy(c, k.sync, Side::send);
   } else {
     k.in = w.at(c, w.L.data_offset + in_at);
     k.copy_in = static_cast<const char*>(a.send);
   }
   if (two_shot) {
     if (zc_out) {
-      Sym s = sym_of(c, a.recv_sym, a.recv);
-      k.out = s.ptrs;
-      k.sync.desc[2] = s.alloc;
-      k.sync.desc[3] = s.offset;
+      k.out = zero_copy(c, k.sync, Side::recv);
     } else if (zc_in && in_place) {
       k.out = k.in;  // in place on the symmetric buffer (zc_out covers it; kept for clarity)
     } else if (!zc_in) {
@@ -501,10 +494,7 @@ void reduce_scatter(const Call& c) {
   k.count = static_cast<int64_t>(a.count);
   k.in_stride = static_cast<int64_t>(stride);
   if (zc_in) {
-    Sym s = sym_of(c, a.send_sym, a.send);
-    k.in = s.ptrs;
-    k.sync.desc[0] = s.alloc;
-    k.sync.desc[1] = s.offset;
+    k.in = zero_copy(c, k.sync, Side::send);
   } else {
     k.in = w.at(c, w.L.data_offset);
     k.copy_in = static_cast<const char*>(a.send);
@@ -530,10 +520,7 @@ void all_gather(const Call& c) {
   k.sync = w.sync;
   k.mode = K::MoveMode::all_gather;
   if (zc_in) {
-    Sym s = sym_of(c, a.send_sym, a.send);
-    k.src = s.ptrs;
-    k.sync.desc[0] = s.alloc;
-    k.sync.desc[1] = s.offset;
+    k.src = zero_copy(c, k.sync, Side::send);
   } else {
     k.src = w.at(c, w.L.data_offset);
     k.copy_in = static_cast<const char*>(a.send);
@@ -563,10 +550,7 @@ void all_to_all(const Call& c) {
   k.sync = w.sync;
   k.mode = K::MoveMode::all_to_all;
   if (zc_out) {
-    Sym s = sym_of(c, a.recv_sym, a.recv);
-    k.dst = s.ptrs;
-    k.sync.desc[2] = s.alloc;
-    k.sync.desc[3] = s.offset;
+    k.dst = zero_copy(c, k.sync, Side::recv);
   } else {
     k.dst = w.at(c, w.L.data_offset);
     k.copy_out_src = w.data();
@@ -619,10 +603,7 @@ void all_to_all_v(const Call& c) {
   k.matrix_local = reinterpret_cast<int64_t*>(w.local + w.L.matrix_offset);
   k.matrix = w.at(c, w.L.matrix_offset);
   if (zc_out) {
-    Sym s = sym_of(c, a.recv_sym, a.recv);
-    k.dst = s.ptrs;
-    k.sync.desc[2] = s.alloc;
-    k.sync.desc[3] = s.offset;
+    k.dst = zero_copy(c, k.sync, Side::recv);
   } else {
     k.dst = w.at(c, w.L.data_offset);
     k.copy_out_src = w.data();
