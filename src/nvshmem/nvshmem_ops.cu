@@ -30,6 +30,7 @@
 #include "core/log.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/cuda_ops.hpp"
+#include "cuda/kernels/common.cuh"
 #include "cuda/kernels/kernels.hpp"
 #include "cuda/peer_tables.hpp"
 #include "cuda/timeout_record.hpp"
@@ -109,19 +110,12 @@ __global__ void a2a_kernel(char* dst, const char* src, size_t block_bytes, const
   }
 }
 
-// Local copy by the whole grid: 16-byte vectors when both ends allow, bytes for the rest.
+// Local copy by the whole grid (the cuda kernels' copy_bytes: widest words the two addresses
+// allow, four 16-byte loads in flight per thread).
 __device__ void grid_copy(char* dst, const char* src, size_t bytes) {
-  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const size_t nt = static_cast<size_t>(gridDim.x) * blockDim.x;
-  size_t done = 0;
-  if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0) {
-    const size_t n16 = bytes / 16;
-    auto* d = reinterpret_cast<uint4*>(dst);
-    const auto* s = reinterpret_cast<const uint4*>(src);
-    for (size_t i = tid; i < n16; i += nt) d[i] = s[i];
-    done = n16 * 16;
-  }
-  for (size_t i = done + tid; i < bytes; i += nt) dst[i] = src[i];
+  cuda::kernels::copy_bytes(dst, src, static_cast<int64_t>(bytes),
+                            static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x),
+                            static_cast<int>(gridDim.x * blockDim.x));
 }
 
 // all_to_all_v stage in: send_counts -> my row, send data -> src area (capacity checked).
