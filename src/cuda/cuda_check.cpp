@@ -36,4 +36,28 @@ void warn_cudart_error(const char* call, cudaError_t e, const char* where) noexc
   }
 }
 
+bool cuda_device_visible(const char* backend, const Device& device, std::string* why) {
+  if (!device.is_cuda()) {
+    if (why) {
+      *why = std::string("the ") + backend + " backend serves CUDA devices only (" +
+             to_string(device) + " requested); the host backend serves CPU memory";
+    }
+    return false;
+  }
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count <= 0) {
+    (void)cudaGetLastError();
+    if (why) *why = "no CUDA device is visible to this process";
+    return false;
+  }
+  if (device.index < 0 || device.index >= count) {
+    if (why) {
+      *why =
+          "device " + to_string(device) + " does not exist (" + std::to_string(count) + " visible)";
+    }
+    return false;
+  }
+  return true;
+}
+
 }  // namespace symmem::cuda

@@ -14,6 +14,7 @@
 
 #include "core/check.hpp"
 #include "cuda/driver.hpp"
+#include "symmem/types.hpp"
 
 namespace symmem::cuda {
 
@@ -24,6 +25,10 @@ namespace symmem::cuda {
 void warn_cu_error(const char* call, CUresult r, const char* where) noexcept;
 void warn_cudart_error(const char* call, cudaError_t e, const char* where) noexcept;
 std::string cudart_error_text(cudaError_t e);
+
+// For the GPU backends' can_serve(): whether `device` is a CUDA device this process sees; when
+// not, `why` (if non-null) says so, naming `backend`.
+bool cuda_device_visible(const char* backend, const Device& device, std::string* why);
 
 }  // namespace symmem::cuda
 

@@ -55,27 +55,8 @@ NcclBackend::~NcclBackend() {
 }
 
 bool NcclBackend::can_serve(const Group& group, Device device, std::string* why) const {
-  if (!device.is_cuda()) {
-    if (why)
-      *why = "the nccl backend serves CUDA devices only (" + to_string(device) +
-             " requested); the host backend serves CPU memory";
-    return false;
-  }
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count <= 0) {
-    (void)cudaGetLastError();
-    if (why) *why = "no CUDA device is visible to this process";
-    return false;
-  }
-  if (device.index < 0 || device.index >= count) {
-    if (why) {
-      *why =
-          "device " + to_string(device) + " does not exist (" + std::to_string(count) + " visible)";
-    }
-    return false;
-  }
   (void)group;
-  return true;
+  return cuda::cuda_device_visible("nccl", device, why);
 }
 
 bool NcclBackend::supports(OpKind kind, DType dtype) const {

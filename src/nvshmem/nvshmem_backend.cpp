@@ -17,25 +17,7 @@ NvshmemBackend::~NvshmemBackend() {
 }
 
 bool NvshmemBackend::can_serve(const Group& group, Device device, std::string* why) const {
-  if (!device.is_cuda()) {
-    if (why)
-      *why = "the nvshmem backend serves CUDA devices only (" + to_string(device) +
-             " requested); the host backend serves CPU memory";
-    return false;
-  }
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count <= 0) {
-    (void)cudaGetLastError();
-    if (why) *why = "no CUDA device is visible to this process";
-    return false;
-  }
-  if (device.index < 0 || device.index >= count) {
-    if (why) {
-      *why =
-          "device " + to_string(device) + " does not exist (" + std::to_string(count) + " visible)";
-    }
-    return false;
-  }
+  if (!cuda::cuda_device_visible("nvshmem", device, why)) return false;
   return Runtime::instance().can_allocate(group, why);
 }
 
