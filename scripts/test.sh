@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 bash scripts/deps.sh
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSYMMEM_BUILD_TESTS=ON \
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSYMMEM_BUILD_TESTS=ON -DSYMMEM_WERROR=ON \
   -DSYMMEM_BUILD_PYTHON=ON > "$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
 grep -E "^-- symmem" "$build.configure.log" || true
 cmake --build "$build" -j "$(nproc)"

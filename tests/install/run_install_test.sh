@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the build tree into a scratch prefix, then builds and runs a consumer with
-# find_package(symmem CONFIG REQUIRED) and another with pkg-config.
+# find_package(symmem CONFIG REQUIRED) and another with pkg-config, and runs the installed
+# symmem-run and symmem-bench from the prefix.
 set -euo pipefail
 build_dir=$1 consumer_src=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
@@ -25,4 +26,10 @@ export PKG_CONFIG_PATH=$(dirname "$lib")/pkgconfig
 c++ "$consumer_src/consumer.cpp" -o "$work/pc-consumer" $(pkg-config --cflags --libs symmem) \
   -Wl,-rpath,"$(dirname "$lib")"
 "$work/pc-consumer"
+echo "== installed tools run from the prefix (RUNPATH, no LD_LIBRARY_PATH)"
+for tool in symmem-run symmem-bench symmem-store; do
+  readelf -d "$prefix/bin/$tool" | grep -E 'RUNPATH|RPATH' || { echo "FAIL: $tool has no RUNPATH" >&2; exit 1; }
+done
+env -u LD_LIBRARY_PATH SYMMEM_BACKEND=host "$prefix/bin/symmem-run" -n 2 -- \
+  "$prefix/bin/symmem-bench" -b 4096 -e 65536 -f 4 -n 5 -w 1
 echo "install consumer tests passed"
