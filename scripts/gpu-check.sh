@@ -100,7 +100,7 @@ NGPU=${NGPU:-0}
 echo "   GPUs: $NGPU; logs: $OUT"
 
 # ---- configure and build ---------------------------------------------------------------------
-CMAKE_ARGS=(-S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+CMAKE_ARGS=(-S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSYMMEM_WERROR=ON
             "-DCMAKE_CUDA_ARCHITECTURES=90-real;90-virtual" -DSYMMEM_WITH_CUDA=ON
             -DSYMMEM_BUILD_TESTS=ON)
 if python3 -c 'import nvidia.nvshmem' > /dev/null 2>&1; then
