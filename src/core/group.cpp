@@ -55,14 +55,9 @@ std::string join(const std::vector<int>& v, const char* sep = ",") {
 }
 
 std::string list_for_message(const std::vector<int>& v) {
-  // Built by appending: GCC 12 at -O3 reports a false -Wrestrict for "literal" + std::string.
-  std::string out = "[";
-  if (v.size() <= 16) return out.append(join(v, ", ")).append("]");
+  if (v.size() <= 16) return "[" + join(v, ", ") + "]";
   std::vector<int> head(v.begin(), v.begin() + 16);
-  return out.append(join(head, ", "))
-      .append(", ... (")
-      .append(std::to_string(v.size()))
-      .append(" ranks)]");
+  return "[" + join(head, ", ") + ", ... (" + std::to_string(v.size()) + " ranks)]";
 }
 
 uint64_t fnv1a(const std::string& s) {

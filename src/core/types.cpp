@@ -63,8 +63,7 @@ DType parse_dtype(std::string_view n, std::string_view what) {
   if (n == "i32" || n == "int32" || n == "int") return DType::i32;
   if (n == "i64" || n == "int64") return DType::i64;
   throw_invalid_argument("parse_dtype", -1, what,
-                         std::string("'").append(n).append(
-                             "' is not a dtype (f32, f64, f16, bf16, i32, i64)"));
+                         "'" + std::string(n) + "' is not a dtype (f32, f64, f16, bf16, i32, i64)");
 }
 
 ReduceOp parse_reduce_op(std::string_view n, std::string_view what) {
@@ -73,7 +72,7 @@ ReduceOp parse_reduce_op(std::string_view n, std::string_view what) {
   if (n == "min") return ReduceOp::min;
   if (n == "max") return ReduceOp::max;
   throw_invalid_argument("parse_reduce_op", -1, what,
-                         std::string("'").append(n).append("' is not a reduction (sum, avg, min, max)"));
+                         "'" + std::string(n) + "' is not a reduction (sum, avg, min, max)");
 }
 
 Algo parse_algo(std::string_view n, std::string_view what) {
@@ -81,8 +80,7 @@ Algo parse_algo(std::string_view n, std::string_view what) {
   if (n == "one_shot") return Algo::one_shot;
   if (n == "two_shot") return Algo::two_shot;
   throw_invalid_argument("parse_algo", -1, what,
-                         std::string("'").append(n).append(
-                             "' is not an algorithm (auto, one_shot, two_shot)"));
+                         "'" + std::string(n) + "' is not an algorithm (auto, one_shot, two_shot)");
 }
 
 }  // namespace symmem
