@@ -27,7 +27,7 @@ PY=${PYTHON:-python3}
 need_pip=()
 $PY -c 'import numpy' 2>/dev/null || need_pip+=(numpy)
 $PY -c 'import pytest' 2>/dev/null || need_pip+=(pytest)
-$PY -c 'import nanobind' 2>/dev/null || need_pip+=(nanobind)
+$PY -c 'import nanobind, sys; sys.exit(tuple(map(int, nanobind.__version__.split(".")[:2])) < (3, 1))' 2>/dev/null || need_pip+=('nanobind>=3.1')
 $PY -c 'import scikit_build_core' 2>/dev/null || need_pip+=(scikit-build-core)
 # NVSHMEM from its wheel, pinned to the version on the GPU machine (see docs/backends.md), so
 # that the nvshmem plugin is compiled here exactly as it runs there.

@@ -27,12 +27,67 @@ SYMMEM_API std::string to_string(Device d);  // "cpu", "cuda:1"
 // Ignored by the host backend.
 using Stream = void*;
 
-enum class DType : int { f32 = 0, f64 = 1, f16 = 2, bf16 = 3, i32 = 4, i64 = 5 };
+// NOTE [dtype table]
+// Every element type is one row of SYMMEM_DTYPES; the enum, the names, the sizes, the DLPack
+// codes, the parsers and each backend's type dispatch are expanded from it, so adding a dtype is
+// adding a row (plus its element type in each backend that reduces it; docs/design.md, "Adding a
+// dtype"). Columns:
+//   id      enumerator (the short name)     value  stable integer value (ABI; never reused)
+//   size    bytes per element               dl     DLPack type code (DLDataTypeCode)
+//   kind    F float, I signed integer       gpu    1 when the library's CUDA kernels reduce it
+//   nccl    ncclDataType_t enumerator suffix (ncclFloat32, ...), expanded only by the nccl plugin
+//   name    the canonical long name (torch's and numpy's, and DLPack consumers')
+//   alias1, alias2  further accepted names ("" when none)
+// Reductions of every float type accumulate in f32 (f64 in f64) and round once at the end.
+// clang-format off
+#define SYMMEM_DTYPES(X)                                                                      \
+  /* id     value size dl  kind gpu nccl        name             alias1     alias2  */        \
+  X(f32,    0,    4,   2,  F,   1,  Float32,    "float32",       "float",   "")               \
+  X(f64,    1,    8,   2,  F,   0,  Float64,    "float64",       "double",  "")               \
+  X(f16,    2,    2,   2,  F,   1,  Float16,    "float16",       "half",    "")               \
+  X(bf16,   3,    2,   4,  F,   1,  Bfloat16,   "bfloat16",      "",        "")               \
+  X(i32,    4,    4,   0,  I,   0,  Int32,      "int32",         "int",     "")               \
+  X(i64,    5,    8,   0,  I,   0,  Int64,      "int64",         "long",    "")               \
+  X(f8e4m3, 6,    1,   10, F,   1,  Float8e4m3, "float8_e4m3fn", "e4m3",    "fp8_e4m3")       \
+  X(f8e5m2, 7,    1,   12, F,   1,  Float8e5m2, "float8_e5m2",   "e5m2",    "fp8_e5m2")
+// clang-format on
+
+enum class DType : int {
+#define SYMMEM_DTYPE_ENUM_(id, value, ...) id = value,
+  SYMMEM_DTYPES(SYMMEM_DTYPE_ENUM_)
+#undef SYMMEM_DTYPE_ENUM_
+};
+
+// One row of the table, for code that reads it at run time.
+struct DTypeInfo {
+  DType dtype;
+  const char* short_name;  // "f32"
+  const char* name;        // "float32"
+  const char* alias1;      // "" when none
+  const char* alias2;
+  uint8_t size;
+  uint8_t dlpack_code;  // DLPack type code; dlpack bits = 8 * size
+  bool is_float;
+  bool gpu_reduce;  // the library's CUDA kernels reduce it
+};
+// Every row, in table order (the table's length is dtype_table_size).
+SYMMEM_API const DTypeInfo* dtype_table() noexcept;
+SYMMEM_API size_t dtype_table_size() noexcept;
+// The row of `t`; InvalidArgument for a value that is no row.
+SYMMEM_API const DTypeInfo& dtype_info(DType t);
+// The row of `t`, or nullptr for a value that is no row.
+SYMMEM_API const DTypeInfo* find_dtype(DType t) noexcept;
+// Whether the library's CUDA kernels serve `t` (false for a value that is no row).
+inline bool gpu_reduces(DType t) noexcept {
+  const DTypeInfo* row = find_dtype(t);
+  return row != nullptr && row->gpu_reduce;
+}
+
 enum class ReduceOp : int { sum = 0, avg = 1, min = 2, max = 3 };
 enum class Algo : int { automatic = 0, one_shot = 1, two_shot = 2 };
 
 SYMMEM_API size_t dtype_size(DType t);               // InvalidArgument for an unknown value
-SYMMEM_API const char* to_string(DType t) noexcept;  // "f32", ... "unknown"
+SYMMEM_API const char* to_string(DType t) noexcept;  // the short name "f32", ... or "unknown"
 SYMMEM_API const char* to_string(ReduceOp op) noexcept;
 SYMMEM_API const char* to_string(Algo a) noexcept;   // "auto", "one_shot", "two_shot"
 // Parse names ("f32"/"float32"/"float", "bf16"/"bfloat16", "sum", "one_shot", ...);
@@ -40,5 +95,12 @@ SYMMEM_API const char* to_string(Algo a) noexcept;   // "auto", "one_shot", "two
 SYMMEM_API DType parse_dtype(std::string_view name, std::string_view what = "dtype");
 SYMMEM_API ReduceOp parse_reduce_op(std::string_view name, std::string_view what = "op");
 SYMMEM_API Algo parse_algo(std::string_view name, std::string_view what = "algo");
+
+// Element conversions between a dtype and f32, exactly as the reductions do them: f16, bf16 and
+// the fp8 types round to nearest even (f8e4m3 has no infinity: what rounds past 448 becomes NaN;
+// f8e5m2 overflows to infinity; NaN stays NaN), integers convert like a C++ cast (small integers
+// exactly), f64 narrows with round to nearest. `in` and `out` may not overlap.
+SYMMEM_API void convert_from_f32(DType dtype, const float* in, void* out, size_t count);
+SYMMEM_API void convert_to_f32(DType dtype, const void* in, float* out, size_t count);
 
 }  // namespace symmem

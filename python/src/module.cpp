@@ -225,24 +225,27 @@ struct DTypeName {
   const char* name;
   dl::DataType t;
 };
-// The first name of each type is its canonical one.
-const DTypeName kDTypes[] = {
-    {"float32", {dl::kFloat, 32, 1}}, {"f32", {dl::kFloat, 32, 1}},
-    {"float", {dl::kFloat, 32, 1}},   {"float64", {dl::kFloat, 64, 1}},
-    {"f64", {dl::kFloat, 64, 1}},     {"double", {dl::kFloat, 64, 1}},
-    {"float16", {dl::kFloat, 16, 1}}, {"f16", {dl::kFloat, 16, 1}},
-    {"half", {dl::kFloat, 16, 1}},    {"bfloat16", {dl::kBfloat, 16, 1}},
-    {"bf16", {dl::kBfloat, 16, 1}},   {"int8", {dl::kInt, 8, 1}},
-    {"int16", {dl::kInt, 16, 1}},     {"int32", {dl::kInt, 32, 1}},
-    {"i32", {dl::kInt, 32, 1}},       {"int", {dl::kInt, 32, 1}},
-    {"int64", {dl::kInt, 64, 1}},     {"i64", {dl::kInt, 64, 1}},
-    {"long", {dl::kInt, 64, 1}},      {"uint8", {dl::kUInt, 8, 1}},
-    {"uint16", {dl::kUInt, 16, 1}},   {"uint32", {dl::kUInt, 32, 1}},
-    {"uint64", {dl::kUInt, 64, 1}},   {"bool", {dl::kBool, 8, 1}},
+// Element types an array may have beyond symmem's dtypes (NOTE [dtype table]): views and byte
+// buffers, never reduced.
+const DTypeName kStorageOnly[] = {
+    {"int8", {dl::kInt, 8, 1}},     {"int16", {dl::kInt, 16, 1}},   {"uint8", {dl::kUInt, 8, 1}},
+    {"uint16", {dl::kUInt, 16, 1}}, {"uint32", {dl::kUInt, 32, 1}}, {"uint64", {dl::kUInt, 64, 1}},
+    {"bool", {dl::kBool, 8, 1}},
 };
+
+dl::DataType dl_type(const DTypeInfo& row) {
+  return {row.dlpack_code, static_cast<uint8_t>(8 * row.size), 1};
+}
 
 bool same(dl::DataType a, dl::DataType b) {
   return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
+}
+
+std::string dtype_names() {
+  std::string s;
+  for (size_t i = 0; i < dtype_table_size(); ++i) s += std::string(dtype_table()[i].name) + ", ";
+  for (const auto& n : kStorageOnly) s += std::string(n.name) + ", ";
+  return s.substr(0, s.size() - 2);
 }
 
 }  // namespace
@@ -263,16 +266,20 @@ dl::DataType to_dtype(nb::handle d, const char* op) {
     s = nb::cast<std::string>(nb::str(d));  // numpy.dtype('float32'), torch.float32
     if (s.rfind("torch.", 0) == 0) s = s.substr(6);
   }
-  for (const auto& n : kDTypes)
+  for (size_t i = 0; i < dtype_table_size(); ++i) {
+    const DTypeInfo& r = dtype_table()[i];
+    if (s == r.name || s == r.short_name || (*r.alias1 && s == r.alias1) ||
+        (*r.alias2 && s == r.alias2))
+      return dl_type(r);
+  }
+  for (const auto& n : kStorageOnly)
     if (s == n.name) return n.t;
-  throw_invalid_argument(op, -1, "dtype",
-                         "= '" + s +
-                             "' is not a dtype (float32, float64, float16, bfloat16, int8..int64, "
-                             "uint8..uint64, bool)");
+  throw_invalid_argument(op, -1, "dtype", "= '" + s + "' is not a dtype (" + dtype_names() + ")");
 }
 
 std::string dtype_name(dl::DataType t) {
-  for (const auto& n : kDTypes)
+  if (auto d = to_symmem_dtype(t)) return dtype_info(*d).name;
+  for (const auto& n : kStorageOnly)
     if (same(n.t, t)) return n.name;
   return "dlpack(code=" + std::to_string(t.code) + ",bits=" + std::to_string(t.bits) +
          ",lanes=" + std::to_string(t.lanes) + ")";
@@ -283,33 +290,12 @@ size_t dtype_bytes(dl::DataType t) {
 }
 
 std::optional<DType> to_symmem_dtype(dl::DataType t) {
-  if (t.lanes != 1) return std::nullopt;
-  if (t.code == dl::kFloat && t.bits == 32) return DType::f32;
-  if (t.code == dl::kFloat && t.bits == 64) return DType::f64;
-  if (t.code == dl::kFloat && t.bits == 16) return DType::f16;
-  if (t.code == dl::kBfloat && t.bits == 16) return DType::bf16;
-  if (t.code == dl::kInt && t.bits == 32) return DType::i32;
-  if (t.code == dl::kInt && t.bits == 64) return DType::i64;
+  for (size_t i = 0; i < dtype_table_size(); ++i)
+    if (same(dl_type(dtype_table()[i]), t)) return dtype_table()[i].dtype;
   return std::nullopt;
 }
 
-dl::DataType from_symmem_dtype(DType t) {
-  switch (t) {
-    case DType::f32:
-      return {dl::kFloat, 32, 1};
-    case DType::f64:
-      return {dl::kFloat, 64, 1};
-    case DType::f16:
-      return {dl::kFloat, 16, 1};
-    case DType::bf16:
-      return {dl::kBfloat, 16, 1};
-    case DType::i32:
-      return {dl::kInt, 32, 1};
-    case DType::i64:
-      return {dl::kInt, 64, 1};
-  }
-  return {dl::kFloat, 32, 1};
-}
+dl::DataType from_symmem_dtype(DType t) { return dl_type(dtype_info(t)); }
 
 nb::object& default_group_slot() {
   // Leaked on purpose: the default group lives until the process exits, and is never destroyed

@@ -52,6 +52,35 @@ def test_all_reduce(g, dtype, op):
     np.testing.assert_allclose(np.from_dlpack(b).astype(np.float64), want, rtol=1e-3)
 
 
+def _fp8_value(code, e, m, ieee):
+    """The value of an fp8 code, from the format's definition (NaN/inf codes are not used)."""
+    bias = (1 << (e - 1)) - 1
+    mag, sign = code & 0x7F, -1.0 if code & 0x80 else 1.0
+    exp, man = mag >> m, mag & ((1 << m) - 1)
+    v = man * 2.0 ** (1 - bias - m) if exp == 0 else (1 + man / 2 ** m) * 2.0 ** (exp - bias)
+    return sign * v
+
+
+@pytest.mark.parametrize("dtype,e,m,ieee", [("float8_e4m3fn", 4, 3, False),
+                                            ("float8_e5m2", 5, 2, True)])
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_all_reduce_fp8(g, dtype, e, m, ieee, op):
+    # Small exact values: every partial sum is exact in f32 and the total is a code of the format,
+    # so the one rounding at the end is exact too.
+    n, r = g.world_size, g.rank
+    codes = {_fp8_value(c, e, m, ieee): c for c in range(0x7B)}  # finite, non-negative
+    b = symmem.empty((257,), dtype=dtype, group=g)
+    assert b.dtype == dtype and b.itemsize == 1
+    raw = b.handle.array((257,), "uint8")
+    mine = [float((i + r) % 4) for i in range(257)]
+    np.from_dlpack(raw)[:] = [codes[v] for v in mine]
+    symmem.all_reduce(b, op=op)
+    per_rank = [[float((i + k) % 4) for i in range(257)] for k in range(n)]
+    want = [sum(col) if op == "sum" else max(col) for col in zip(*per_rank)]
+    got = [_fp8_value(int(c), e, m, ieee) for c in np.from_dlpack(raw)]
+    assert got == want
+
+
 @pytest.mark.parametrize("algo", ["one_shot", "two_shot"])
 def test_all_reduce_algos_and_foreign(g, algo):
     n, r = g.world_size, g.rank

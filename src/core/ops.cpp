@@ -65,9 +65,7 @@ struct ArgFailure {
   }
 }
 
-bool known_dtype(DType t) {
-  return static_cast<unsigned>(t) <= static_cast<unsigned>(DType::i64);
-}
+bool known_dtype(DType t) { return find_dtype(t) != nullptr; }
 bool known_redop(ReduceOp o) {
   return static_cast<unsigned>(o) <= static_cast<unsigned>(ReduceOp::max);
 }

@@ -11,29 +11,46 @@ std::string to_string(Device d) {
   return "cuda:" + std::to_string(d.index);
 }
 
+namespace {
+
+// SYMMEM_DTYPES expanded into rows (NOTE [dtype table]).
+#define SYMMEM_DTYPE_ROW_(id, value, size, dl, kind, gpu, nccl, name, alias1, alias2) \
+  DTypeInfo{DType::id, #id, name, alias1, alias2, size, dl, #kind[0] == 'F', gpu != 0},
+constexpr DTypeInfo kTable[] = {SYMMEM_DTYPES(SYMMEM_DTYPE_ROW_)};
+#undef SYMMEM_DTYPE_ROW_
+constexpr size_t kTableSize = sizeof(kTable) / sizeof(kTable[0]);
+
+std::string dtype_names() {
+  std::string s;
+  for (const auto& row : kTable) s += std::string(s.empty() ? "" : ", ") + row.short_name;
+  return s;
+}
+
+}  // namespace
+
+const DTypeInfo* dtype_table() noexcept { return kTable; }
+const DTypeInfo* find_dtype(DType t) noexcept {
+  for (const auto& row : kTable)
+    if (row.dtype == t) return &row;
+  return nullptr;
+}
+size_t dtype_table_size() noexcept { return kTableSize; }
+
+const DTypeInfo& dtype_info(DType t) {
+  if (const DTypeInfo* row = find_dtype(t)) return *row;
+  throw_invalid_argument("dtype_info", -1, "dtype",
+                         "has unknown value " + std::to_string(static_cast<int>(t)));
+}
+
 size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-    case DType::f16: return 2;
-    case DType::bf16: return 2;
-    case DType::i32: return 4;
-    case DType::i64: return 8;
-  }
+  if (const DTypeInfo* row = find_dtype(t)) return row->size;
   throw_invalid_argument("dtype_size", -1, "dtype",
                          "has unknown value " + std::to_string(static_cast<int>(t)));
 }
 
 const char* to_string(DType t) noexcept {
-  switch (t) {
-    case DType::f32: return "f32";
-    case DType::f64: return "f64";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::i32: return "i32";
-    case DType::i64: return "i64";
-  }
-  return "unknown";
+  const DTypeInfo* row = find_dtype(t);
+  return row != nullptr ? row->short_name : "unknown";
 }
 
 const char* to_string(ReduceOp op) noexcept {
@@ -56,14 +73,13 @@ const char* to_string(Algo a) noexcept {
 }
 
 DType parse_dtype(std::string_view n, std::string_view what) {
-  if (n == "f32" || n == "float32" || n == "float") return DType::f32;
-  if (n == "f64" || n == "float64" || n == "double") return DType::f64;
-  if (n == "f16" || n == "float16" || n == "half") return DType::f16;
-  if (n == "bf16" || n == "bfloat16") return DType::bf16;
-  if (n == "i32" || n == "int32" || n == "int") return DType::i32;
-  if (n == "i64" || n == "int64") return DType::i64;
+  for (const auto& row : kTable) {
+    if (n == row.short_name || n == row.name || (*row.alias1 != 0 && n == row.alias1) ||
+        (*row.alias2 != 0 && n == row.alias2))
+      return row.dtype;
+  }
   throw_invalid_argument("parse_dtype", -1, what,
-                         "'" + std::string(n) + "' is not a dtype (f32, f64, f16, bf16, i32, i64)");
+                         "'" + std::string(n) + "' is not a dtype (" + dtype_names() + ")");
 }
 
 ReduceOp parse_reduce_op(std::string_view n, std::string_view what) {

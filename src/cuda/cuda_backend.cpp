@@ -51,7 +51,7 @@ class CudaBackend final : public Backend {
       case OpKind::get:
         return true;  // byte movement / no data
       default:
-        return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16;
+        return gpu_reduces(dtype);  // NOTE [dtype table]
     }
   }
 

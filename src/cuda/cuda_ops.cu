@@ -353,20 +353,13 @@ Ws get_ws(const Call& c, size_t data_bytes) {
 }
 
 K::KType ktype(const Call& c) {
-  switch (c.a.dtype) {
-    case DType::f32:
-      return K::KType::f32;
-    case DType::f16:
-      return K::KType::f16;
-    case DType::bf16:
-      return K::KType::bf16;
-    default:
-      symmem::throw_error(
-          ErrorCode::Unsupported, c.op, c.rank,
-          std::string("the cuda backend has no ") + c.op + " for dtype " +
-              symmem::to_string(c.a.dtype) +
-              " (f32, f16 and bf16 are supported; the host backend has the others)");
+  const symmem::DTypeInfo& t = symmem::dtype_info(c.a.dtype);
+  if (!t.gpu_reduce) {
+    symmem::throw_error(ErrorCode::Unsupported, c.op, c.rank,
+                        std::string("the cuda backend has no ") + c.op + " for dtype " +
+                            t.short_name + " (the host backend has it)");
   }
+  return static_cast<K::KType>(c.a.dtype);
 }
 
 size_t ll_threshold(int world) {

@@ -399,8 +399,8 @@ class HostBackend final : public Backend {
   }
 
   bool supports(OpKind kind, DType dtype) const override {
-    bool known_dtype = dtype == DType::f32 || dtype == DType::f64 || dtype == DType::f16 ||
-                       dtype == DType::bf16 || dtype == DType::i32 || dtype == DType::i64;
+    // Every dtype of the table (NOTE [dtype table]).
+    const bool known_dtype = find_dtype(dtype) != nullptr;
     return static_cast<int>(kind) >= 0 && kind < OpKind::kCount && known_dtype;
   }
 

@@ -55,23 +55,57 @@ struct Traits<int32_t> {
   static Acc load(int32_t v) { return v; }
   static int32_t store(Acc v) { return v; }
 };
-struct F16 {
-  uint16_t bits;
+// Narrow floats: the storage bits, widened to f32 to combine.
+template <class Bits, float (*kLoad)(Bits), Bits (*kStore)(float)>
+struct NarrowFloat {
+  Bits bits;
 };
-struct BF16 {
-  uint16_t bits;
+using F16 = NarrowFloat<uint16_t, f16_to_f32, f32_to_f16>;
+using BF16 = NarrowFloat<uint16_t, bf16_to_f32, f32_to_bf16>;
+using F8E4M3 = NarrowFloat<uint8_t, e4m3_to_f32, f32_to_e4m3>;
+using F8E5M2 = NarrowFloat<uint8_t, e5m2_to_f32, f32_to_e5m2>;
+template <class Bits, float (*kLoad)(Bits), Bits (*kStore)(float)>
+struct Traits<NarrowFloat<Bits, kLoad, kStore>> {
+  using T = NarrowFloat<Bits, kLoad, kStore>;
+  using Acc = float;
+  static Acc load(T v) { return kLoad(v.bits); }
+  static T store(Acc v) { return T{kStore(v)}; }
+};
+
+// The storage type of each dtype (every row of SYMMEM_DTYPES has one).
+template <DType>
+struct HostType;
+template <>
+struct HostType<DType::f32> {
+  using T = float;
 };
 template <>
-struct Traits<F16> {
-  using Acc = float;
-  static Acc load(F16 v) { return f16_to_f32(v.bits); }
-  static F16 store(Acc v) { return F16{f32_to_f16(v)}; }
+struct HostType<DType::f64> {
+  using T = double;
 };
 template <>
-struct Traits<BF16> {
-  using Acc = float;
-  static Acc load(BF16 v) { return bf16_to_f32(v.bits); }
-  static BF16 store(Acc v) { return BF16{f32_to_bf16(v)}; }
+struct HostType<DType::f16> {
+  using T = F16;
+};
+template <>
+struct HostType<DType::bf16> {
+  using T = BF16;
+};
+template <>
+struct HostType<DType::i32> {
+  using T = int32_t;
+};
+template <>
+struct HostType<DType::i64> {
+  using T = int64_t;
+};
+template <>
+struct HostType<DType::f8e4m3> {
+  using T = F8E4M3;
+};
+template <>
+struct HostType<DType::f8e5m2> {
+  using T = F8E5M2;
 };
 
 // Wrapping integer add (signed overflow would be undefined).
@@ -160,93 +194,61 @@ __attribute__((target_clones("arch=x86-64-v4", "avx2", "default"), flatten)) voi
   if (n < 1) throw_invalid_argument("reduce", -1, "n", "must be >= 1");
   if (avg_divisor < 1) avg_divisor = 1;
   switch (dtype) {
-    case DType::f32:
-      return reduce_op<float>(out, ins, n, count, op, avg_divisor);
-    case DType::f64:
-      return reduce_op<double>(out, ins, n, count, op, avg_divisor);
-    case DType::f16:
-      return reduce_op<F16>(out, ins, n, count, op, avg_divisor);
-    case DType::bf16:
-      return reduce_op<BF16>(out, ins, n, count, op, avg_divisor);
-    case DType::i32:
-      return reduce_op<int32_t>(out, ins, n, count, op, avg_divisor);
-    case DType::i64:
-      return reduce_op<int64_t>(out, ins, n, count, op, avg_divisor);
+#define SYMMEM_REDUCE_CASE_(id, ...) \
+  case DType::id:                    \
+    return reduce_op<HostType<DType::id>::T>(out, ins, n, count, op, avg_divisor);
+    SYMMEM_DTYPES(SYMMEM_REDUCE_CASE_)
+#undef SYMMEM_REDUCE_CASE_
   }
   throw_invalid_argument("reduce", -1, "dtype",
                          "has unknown value " + std::to_string(static_cast<int>(dtype)));
 }
 
-void convert_f32_to(DType dtype, const float* __restrict in, void* out_v, size_t count) {
-  switch (dtype) {
-    case DType::f32:
-      std::memcpy(out_v, in, count * 4);
-      return;
-    case DType::f64: {
-      double* __restrict out = static_cast<double*>(out_v);
-      for (size_t i = 0; i < count; ++i) out[i] = in[i];
-      return;
-    }
-    case DType::f16: {
-      uint16_t* __restrict out = static_cast<uint16_t*>(out_v);
-      for (size_t i = 0; i < count; ++i) out[i] = f32_to_f16(in[i]);
-      return;
-    }
-    case DType::bf16: {
-      uint16_t* __restrict out = static_cast<uint16_t*>(out_v);
-      for (size_t i = 0; i < count; ++i) out[i] = f32_to_bf16(in[i]);
-      return;
-    }
-    case DType::i32: {
-      int32_t* __restrict out = static_cast<int32_t*>(out_v);
-      for (size_t i = 0; i < count; ++i) out[i] = static_cast<int32_t>(in[i]);
-      return;
-    }
-    case DType::i64: {
-      int64_t* __restrict out = static_cast<int64_t*>(out_v);
-      for (size_t i = 0; i < count; ++i) out[i] = static_cast<int64_t>(in[i]);
-      return;
-    }
-  }
-  throw_invalid_argument("convert_f32_to", -1, "dtype", "has an unknown value");
+namespace {
+
+template <class T>
+void from_f32(const float* __restrict in, void* out_v, size_t count) {
+  T* __restrict out = static_cast<T*>(out_v);
+  for (size_t i = 0; i < count; ++i)
+    out[i] = Traits<T>::store(static_cast<typename Traits<T>::Acc>(in[i]));
 }
 
-void convert_to_f32(DType dtype, const void* in_v, float* __restrict out, size_t count) {
-  switch (dtype) {
-    case DType::f32:
-      std::memcpy(out, in_v, count * 4);
-      return;
-    case DType::f64: {
-      const double* __restrict in = static_cast<const double*>(in_v);
-      for (size_t i = 0; i < count; ++i) out[i] = static_cast<float>(in[i]);
-      return;
-    }
-    case DType::f16: {
-      const uint16_t* __restrict in = static_cast<const uint16_t*>(in_v);
-      for (size_t i = 0; i < count; ++i) out[i] = f16_to_f32(in[i]);
-      return;
-    }
-    case DType::bf16: {
-      const uint16_t* __restrict in = static_cast<const uint16_t*>(in_v);
-      for (size_t i = 0; i < count; ++i) out[i] = bf16_to_f32(in[i]);
-      return;
-    }
-    case DType::i32: {
-      const int32_t* __restrict in = static_cast<const int32_t*>(in_v);
-      for (size_t i = 0; i < count; ++i) out[i] = static_cast<float>(in[i]);
-      return;
-    }
-    case DType::i64: {
-      const int64_t* __restrict in = static_cast<const int64_t*>(in_v);
-      for (size_t i = 0; i < count; ++i) out[i] = static_cast<float>(in[i]);
-      return;
-    }
-  }
-  throw_invalid_argument("convert_to_f32", -1, "dtype", "has an unknown value");
+template <class T>
+void to_f32(const void* in_v, float* __restrict out, size_t count) {
+  const T* __restrict in = static_cast<const T*>(in_v);
+  for (size_t i = 0; i < count; ++i) out[i] = static_cast<float>(Traits<T>::load(in[i]));
 }
+
+}  // namespace
 
 void copy_bytes(void* dst, const void* src, size_t bytes) {
   if (dst != src && bytes) std::memcpy(dst, src, bytes);
 }
 
 }  // namespace symmem::host
+
+namespace symmem {
+
+void convert_from_f32(DType dtype, const float* in, void* out, size_t count) {
+  switch (dtype) {
+#define SYMMEM_CONVERT_CASE_(id, ...) \
+  case DType::id:                     \
+    return host::from_f32<host::HostType<DType::id>::T>(in, out, count);
+    SYMMEM_DTYPES(SYMMEM_CONVERT_CASE_)
+#undef SYMMEM_CONVERT_CASE_
+  }
+  throw_invalid_argument("convert_from_f32", -1, "dtype", "has an unknown value");
+}
+
+void convert_to_f32(DType dtype, const void* in, float* out, size_t count) {
+  switch (dtype) {
+#define SYMMEM_CONVERT_CASE_(id, ...) \
+  case DType::id:                     \
+    return host::to_f32<host::HostType<DType::id>::T>(in, out, count);
+    SYMMEM_DTYPES(SYMMEM_CONVERT_CASE_)
+#undef SYMMEM_CONVERT_CASE_
+  }
+  throw_invalid_argument("convert_to_f32", -1, "dtype", "has an unknown value");
+}
+
+}  // namespace symmem

@@ -71,7 +71,7 @@ bool NcclBackend::supports(OpKind kind, DType dtype) const {
     case OpKind::all_gather:
     case OpKind::all_reduce:
     case OpKind::reduce_scatter:
-      return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16;
+      return gpu_reduces(dtype);  // the cuda kernels' dtypes (NCCL has them all too)
     default:
       return false;
   }

@@ -15,18 +15,11 @@ namespace {
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
-    case DType::f32:
-      return ncclFloat32;
-    case DType::f64:
-      return ncclFloat64;
-    case DType::f16:
-      return ncclFloat16;
-    case DType::bf16:
-      return ncclBfloat16;
-    case DType::i32:
-      return ncclInt32;
-    case DType::i64:
-      return ncclInt64;
+#define SYMMEM_NCCL_TYPE_(id, value, size, dl, kind, gpu, suffix, ...) \
+  case DType::id:                                                    \
+    return nccl##suffix;
+    SYMMEM_DTYPES(SYMMEM_NCCL_TYPE_)
+#undef SYMMEM_NCCL_TYPE_
   }
   return ncclFloat32;
 }

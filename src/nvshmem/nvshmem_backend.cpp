@@ -22,7 +22,9 @@ bool NvshmemBackend::can_serve(const Group& group, Device device, std::string* w
 }
 
 bool NvshmemBackend::supports(OpKind kind, DType dtype) const {
-  const bool gpu_type = dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16;
+  // The cuda kernels' dtypes (NOTE [dtype table]); NVSHMEM's own team reductions, used when a
+  // peer is not directly reachable, have no fp8 and say so when asked.
+  const bool gpu_type = gpu_reduces(dtype);
   switch (kind) {
     case OpKind::barrier:
       return true;

@@ -525,7 +525,8 @@ void NvshmemBackend::run_team_collective(const OpArgs& a) {
       default:
         throw_error(ErrorCode::Unsupported, op, rank,
                     std::string("nvshmem backend: ") + to_string(a.dtype) +
-                        " reductions are not supported (f32, f16, bf16 are)");
+                        " reductions with a peer that is not directly reachable are not supported "
+                        "(NVSHMEM's team reductions have f32, f16 and bf16)");
     }
 #undef SYMMEM_NV_REDUCE
     if (status == 0 && a.redop == ReduceOp::avg) {

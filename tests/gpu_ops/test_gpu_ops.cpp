@@ -102,7 +102,7 @@ std::vector<char> make_input(DType t, int rank, size_t count, uint32_t seed, siz
   if (t == DType::f32) {
     std::memcpy(out.data(), f.data(), out.size());
   } else {
-    host::convert_f32_to(t, f.data(), out.data(), count);
+    convert_from_f32(t, f.data(), out.data(), count);
   }
   return out;
 }

@@ -53,7 +53,7 @@ void gen(DType t, int r, uint64_t tag, size_t count, void* out) {
       d[i] = static_cast<double>(f[i]) + static_cast<double>(mix(i + tag) % 1000) * 1e-9;
     return;
   }
-  host::convert_f32_to(t, f.data(), out, count);
+  convert_from_f32(t, f.data(), out, count);
 }
 
 std::vector<char> gen_vec(DType t, int r, uint64_t tag, size_t count) {

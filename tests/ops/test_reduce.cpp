@@ -1,4 +1,4 @@
-// Unit tests of the host reduction kernels and 16-bit float conversions.
+// Unit tests of the host reduction kernels and 16-bit float conversions (fp8: test_dtype.cpp).
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -117,14 +117,16 @@ TEST(Reduce, AllTypesAndOpsAgainstScalar) {
   for (int n : {1, 2, 3, 5, 8}) {
     for (size_t count : {size_t{1}, size_t{7}, size_t{2048}, size_t{4099}}) {
       for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max}) {
-        for (DType dt : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64}) {
+        for (size_t row = 0; row < dtype_table_size(); ++row) {
+          const DType dt = dtype_table()[row].dtype;
           size_t es = dtype_size(dt);
           std::vector<std::vector<char>> in(n, std::vector<char>(count * es));
           std::vector<std::vector<float>> src;
           std::vector<const void*> ptrs;
           for (int p = 0; p < n; ++p) {
             src.push_back(make<float>(count, p));
-            convert_f32_to(dt, src[p].data(), in[p].data(), count);
+            convert_from_f32(dt, src[p].data(), in[p].data(), count);
+            convert_to_f32(dt, in[p].data(), src[p].data(), count);  // the inputs as stored
             ptrs.push_back(in[p].data());
           }
           std::vector<char> out(count * es);
@@ -145,10 +147,13 @@ TEST(Reduce, AllTypesAndOpsAgainstScalar) {
                                                 : acc / n;
             if (op == ReduceOp::avg && (dt == DType::i32 || dt == DType::i64))
               want = std::trunc(acc / n);
-            double tol = op == ReduceOp::avg ? (dt == DType::bf16  ? 0.02
-                                                : dt == DType::f16 ? 0.002
-                                                                   : 1e-6)
-                                             : 0;
+            // One rounding of the exact result: within one ulp (relative) of the dtype.
+            const double ulp = dt == DType::f8e5m2   ? 0x1p-2
+                               : dt == DType::f8e4m3 ? 0x1p-3
+                               : dt == DType::bf16   ? 0x1p-7
+                               : dt == DType::f16    ? 0x1p-10
+                                                     : 1e-6;
+            double tol = op == ReduceOp::avg || (op == ReduceOp::sum && es < 4) ? ulp : 0;
             ASSERT_NEAR(got[i], want, tol * std::fabs(want) + 1e-30)
                 << to_string(dt) << " " << to_string(op) << " n=" << n << " count=" << count
                 << " i=" << i;

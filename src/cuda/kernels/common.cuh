@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "core/float_convert.hpp"
 #include "cuda/kernels/kernels.hpp"
 
 namespace symmem::cuda::kernels {
@@ -304,6 +305,21 @@ struct Elem<KType::bf16> {
   static SYMMEM_KDEV T from_f(float v) { return __float2bfloat16_rn(v); }
 };
 
+// fp8 in storage bits; the conversions are the host's (core/float_convert.hpp), so every rank and
+// every backend rounds alike.
+template <>
+struct Elem<KType::f8e4m3> {
+  using T = unsigned char;
+  static SYMMEM_KDEV float to_f(T v) { return fp::e4m3_to_f32(v); }
+  static SYMMEM_KDEV T from_f(float v) { return fp::f32_to_e4m3(v); }
+};
+template <>
+struct Elem<KType::f8e5m2> {
+  using T = unsigned char;
+  static SYMMEM_KDEV float to_f(T v) { return fp::e5m2_to_f32(v); }
+  static SYMMEM_KDEV T from_f(float v) { return fp::f32_to_e5m2(v); }
+};
+
 SYMMEM_KDEV float combine(KRed red, float a, float b) {
   switch (red) {
     case KRed::min:
@@ -353,6 +369,8 @@ SYMMEM_KDEV float load_elem(const char* p) {
   using T = typename Elem<K>::T;
   if constexpr (sizeof(T) == 4) {
     return __ldcg(reinterpret_cast<const float*>(p));
+  } else if constexpr (sizeof(T) == 1) {
+    return Elem<K>::to_f(__ldcg(reinterpret_cast<const unsigned char*>(p)));
   } else {
     unsigned short bits = __ldcg(reinterpret_cast<const unsigned short*>(p));
     T v;
@@ -373,7 +391,7 @@ SYMMEM_KDEV float reduce_scalar(const PeerPtrs& in, int world, int64_t off, KRed
   return finish(red, acc, world);
 }
 
-// Stores 16 bytes at any 2-byte aligned address.
+// Stores 16 bytes at any address.
 SYMMEM_KDEV void store16_any(char* dst, uint4 y) {
   uintptr_t a = reinterpret_cast<uintptr_t>(dst);
   if ((a & 15) == 0) {
@@ -386,21 +404,32 @@ SYMMEM_KDEV void store16_any(char* dst, uint4 y) {
     reinterpret_cast<uint32_t*>(dst)[1] = y.y;
     reinterpret_cast<uint32_t*>(dst)[2] = y.z;
     reinterpret_cast<uint32_t*>(dst)[3] = y.w;
-  } else {
+  } else if ((a & 1) == 0) {
     const unsigned short* h = reinterpret_cast<const unsigned short*>(&y);
 #pragma unroll
     for (int i = 0; i < 8; ++i) reinterpret_cast<unsigned short*>(dst)[i] = h[i];
+  } else {
+    const unsigned char* c = reinterpret_cast<const unsigned char*>(&y);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) reinterpret_cast<unsigned char*>(dst)[i] = c[i];
   }
 }
 
-// Loads/stores `nb` (<= 8, even) bytes at a 2-byte aligned address as the low bytes of a u64.
+// Loads/stores `nb` (<= 8) bytes at any address as the low bytes of a u64 (2-byte accesses
+// where the address and `nb` allow, bytes otherwise: fp8 pieces may be odd).
 SYMMEM_KDEV uint64_t load8_any(const char* p, int nb) {
   if (nb == 8 && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
     return *reinterpret_cast<const uint64_t*>(p);
   }
   uint64_t v = 0;
-  for (int i = 0; i < nb; i += 2) {
-    v |= static_cast<uint64_t>(*reinterpret_cast<const unsigned short*>(p + i)) << (8 * i);
+  if (((reinterpret_cast<uintptr_t>(p) | static_cast<uintptr_t>(nb)) & 1) == 0) {
+    for (int i = 0; i < nb; i += 2) {
+      v |= static_cast<uint64_t>(*reinterpret_cast<const unsigned short*>(p + i)) << (8 * i);
+    }
+  } else {
+    for (int i = 0; i < nb; ++i) {
+      v |= static_cast<uint64_t>(*reinterpret_cast<const unsigned char*>(p + i)) << (8 * i);
+    }
   }
   return v;
 }
@@ -409,8 +438,14 @@ SYMMEM_KDEV void store8_any(char* p, uint64_t v, int nb) {
     *reinterpret_cast<uint64_t*>(p) = v;
     return;
   }
-  for (int i = 0; i < nb; i += 2) {
-    *reinterpret_cast<unsigned short*>(p + i) = static_cast<unsigned short>(v >> (8 * i));
+  if (((reinterpret_cast<uintptr_t>(p) | static_cast<uintptr_t>(nb)) & 1) == 0) {
+    for (int i = 0; i < nb; i += 2) {
+      *reinterpret_cast<unsigned short*>(p + i) = static_cast<unsigned short>(v >> (8 * i));
+    }
+  } else {
+    for (int i = 0; i < nb; ++i) {
+      *reinterpret_cast<unsigned char*>(p + i) = static_cast<unsigned char>(v >> (8 * i));
+    }
   }
 }
 
@@ -452,6 +487,10 @@ int dispatch_type_world(KType type, int world, F&& f) {
       return dispatch_world<KType::f16>(world, f);
     case KType::bf16:
       return dispatch_world<KType::bf16>(world, f);
+    case KType::f8e4m3:
+      return dispatch_world<KType::f8e4m3>(world, f);
+    case KType::f8e5m2:
+      return dispatch_world<KType::f8e5m2>(world, f);
   }
   return static_cast<int>(cudaErrorInvalidValue);
 }

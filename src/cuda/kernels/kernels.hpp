@@ -50,8 +50,9 @@ inline constexpr int kMaxInlinePeers = 8;
 inline constexpr size_t kCtrlFlagsOffset = 256;
 inline constexpr size_t kLLTotalDataBytes = 2u << 20;  // LL capacity, split among the sources
 
-// Element types and reductions the kernels know (values match symmem::DType/ReduceOp).
-enum class KType : int { f32 = 0, f16 = 2, bf16 = 3 };
+// Element types and reductions the kernels know (values match symmem::DType/ReduceOp; the
+// dtypes whose SYMMEM_DTYPES row has gpu = 1).
+enum class KType : int { f32 = 0, f16 = 2, bf16 = 3, f8e4m3 = 6, f8e5m2 = 7 };
 enum class KRed : int { sum = 0, avg = 1, min = 2, max = 3 };
 
 // Control-region and workspace offsets for a world size (NOTE [workspace layout]).
