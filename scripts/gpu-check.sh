@@ -219,6 +219,12 @@ if [ -n "$SYMMEM_RUN" ] && [ -n "$SYMMEM_BENCH" ]; then
     run_step bench_cuda_all_ops 120 env SYMMEM_ALLOW_SHARED_GPU=1 SYMMEM_TIMEOUT_MS=30000 \
     "$SYMMEM_RUN" -n 4 -- "$SYMMEM_BENCH" --backend cuda --op all --dtype bf16 \
     -b 4096 -e 4194304 -f 4 --json "$OUT/bench_cuda_all_ops.jsonl"
+  STEP_DETAIL="--op all, fp8 e4m3 and e5m2 (odd sizes), 4 ranks, 1 B..4 MiB" \
+    run_step bench_cuda_fp8 90 env SYMMEM_ALLOW_SHARED_GPU=1 SYMMEM_TIMEOUT_MS=30000 bash -c \
+    "'$SYMMEM_RUN' -n 4 -- '$SYMMEM_BENCH' --backend cuda --op all --dtype float8_e4m3fn \
+       -b 1 -e 4194304 -f 8 --json '$OUT/bench_cuda_fp8_e4m3.jsonl' &&
+     '$SYMMEM_RUN' -n 4 -- '$SYMMEM_BENCH' --backend cuda --op all_reduce --dtype float8_e5m2 \
+       --redop avg -b 1 -e 4194304 -f 8 --json '$OUT/bench_cuda_fp8_e5m2.jsonl'"
   # The other GPU backends, every op (issues 8 and 9). NCCL refuses two ranks on one GPU, so
   # its multi-rank run needs several GPUs; NVSHMEM PEs share the GPU in full MPG mode (MPS with
   # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE summing to <= 100 over the PEs, GPU.md).

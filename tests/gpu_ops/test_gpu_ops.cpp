@@ -95,6 +95,14 @@ float value(int rank, size_t i, uint32_t seed) {
   return (static_cast<float>(h >> 8) / 16777216.0f) * 4.0f - 2.0f;
 }
 
+// Every dtype the cuda kernels serve (NOTE [dtype table]): f32, f16, bf16 and the fp8 types.
+std::vector<DType> gpu_dtypes() {
+  std::vector<DType> v;
+  for (size_t i = 0; i < dtype_table_size(); ++i)
+    if (dtype_table()[i].gpu_reduce) v.push_back(dtype_table()[i].dtype);
+  return v;
+}
+
 std::vector<char> make_input(DType t, int rank, size_t count, uint32_t seed, size_t first = 0) {
   std::vector<float> f(count);
   for (size_t i = 0; i < count; ++i) f[i] = value(rank, first + i, seed);
@@ -227,7 +235,7 @@ void check_all_reduce(const Group& g, DType t, ReduceOp op, Algo algo, size_t co
 
 TEST(GpuOps, AllReduceEveryDtypeAlgoSize) {
   const Algo algos[] = {Algo::automatic, Algo::one_shot, Algo::two_shot};
-  const DType types[] = {DType::f32, DType::f16, DType::bf16};
+  const std::vector<DType> types = gpu_dtypes();
   // 1 and 13 elements: tails only; 4099: LL; 70001: LL (one_shot) vs two-shot; 600003: beyond
   // the LL capacity for 4 ranks (barrier one-shot / two-shot).
   const size_t sizes[] = {1, 13, 4099, 70001, 600003};
@@ -244,7 +252,7 @@ TEST(GpuOps, AllReduceEveryDtypeAlgoSize) {
 
 TEST(GpuOps, AllReduceEveryReduction) {
   const ReduceOp ops[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max};
-  const DType types[] = {DType::f32, DType::f16, DType::bf16};
+  const std::vector<DType> types = gpu_dtypes();
   const Algo algos[] = {Algo::one_shot, Algo::two_shot};
   uint32_t seed = 1000;
   for (DType t : types) {
@@ -321,7 +329,7 @@ void check_reduce_scatter(DType t, ReduceOp op, size_t rc, bool sym, uint32_t se
 
 TEST(GpuOps, ReduceScatter) {
   uint32_t seed = 2000;
-  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+  for (DType t : gpu_dtypes()) {
     for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
       for (size_t rc : {size_t{1}, size_t{5}, size_t{3000}, size_t{200001}}) {
         check_reduce_scatter(t, op, rc, false, seed++);
