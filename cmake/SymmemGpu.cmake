@@ -17,6 +17,27 @@ function(symmem_backend_decision name found why)
   endif()
 endfunction()
 
+# symmem_cuda_cxx20(): every CUDA target of the project compiles as CUDA C++20, since the .cu files
+# include the public headers, which are C++20. Called once, right after enable_language(CUDA), in
+# the top-level scope: every directory inherits CMAKE_CUDA_STANDARD and none names a standard.
+# CMake 3.25.1 and older have no C++20 flag for nvcc (CUDA_STANDARD 20 fails with "the compiler
+# does not support the language dialect CUDA20"); the if() supplies it. CMake 3.25.2 and newer
+# define CMAKE_CUDA20_STANDARD_COMPILE_OPTION for nvcc >= 12 themselves, and the if() does
+# nothing: once cmake_minimum_required is 3.25.2 or newer, delete the if() block.
+# It runs after enable_language on purpose: CMake's own compiler check (a try_compile, which would
+# not see the supplied flag) must not ask for CUDA20.
+macro(symmem_cuda_cxx20)
+  if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION
+     AND CMAKE_CUDA_COMPILER_ID STREQUAL "NVIDIA"
+     AND CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 12.0)
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  endif()
+  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  set(CMAKE_CUDA_EXTENSIONS OFF)
+endmacro()
+
 # ---- CUDA --------------------------------------------------------------------------
 set(_cuda_found OFF)
 set(_cuda_why "")
@@ -33,11 +54,12 @@ else()
       # sm_90 machine code plus compute_90 PTX, which newer GPUs JIT-compile.
       set(CMAKE_CUDA_ARCHITECTURES "90-real;90-virtual")
     endif()
-    set(CMAKE_CUDA_STANDARD 17)  # CMake 3.25 does not know CUDA20 for nvcc
-    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     enable_language(CUDA)
+    symmem_cuda_cxx20()
     find_package(CUDAToolkit)
-    if(CUDAToolkit_FOUND)
+    if(CMAKE_CUDA_COMPILER_VERSION VERSION_LESS 12.0)
+      set(_cuda_why "nvcc ${CMAKE_CUDA_COMPILER_VERSION} has no C++20 (12.0 or newer is needed)")
+    elseif(CUDAToolkit_FOUND)
       set(_cuda_found ON)
     else()
       set(_cuda_why "the CUDA toolkit libraries were not found")
