@@ -16,10 +16,6 @@ function(symmem_py_test name)
     set(T_TIMEOUT 300)
   endif()
   if(T_NP)
-    if(NOT TARGET symmem-run)
-      message(STATUS "symmem: ${name} not registered: symmem-run is not built yet")
-      return()
-    endif()
     add_test(NAME ${name}
              COMMAND $<TARGET_FILE:symmem-run> -n ${T_NP} --timeout ${T_TIMEOUT} -- ${_pytest} ${files}
              WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})

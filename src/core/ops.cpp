@@ -176,7 +176,6 @@ struct Call {
   size_t recv_capacity = 0;
   bool recv_counts_known = false;
   SymmetricMemory send_sym, recv_sym;
-  size_t send_bytes = 0, recv_bytes = 0;
   Device device;
   std::shared_ptr<Backend> backend;
   Millis timeout{0};
@@ -472,8 +471,6 @@ void check_redop(const Call& c) {
 // send/recv pointer pair: each checked; overlap is only allowed in the op's in-place form.
 void check_pair(Call& c, size_t send_bytes, size_t recv_bytes, bool in_place) {
   size_t es = dtype_size(c.dtype);
-  c.send_bytes = send_bytes;
-  c.recv_bytes = recv_bytes;
   c.send_sym = check_buffer(c.op, c.rank, *c.group, "send", c.send, send_bytes, es, true).sym;
   c.recv_sym = check_buffer(c.op, c.rank, *c.group, "recv", c.recv, recv_bytes, es, true).sym;
   if (!in_place && overlaps(c.send, send_bytes, c.recv, recv_bytes)) {

@@ -23,8 +23,8 @@
 // NOTE [device-detected errors]
 // all_to_all_v counts live in device memory, so their checks (capacity, negative counts,
 // MPI-style count agreement) run on the device and fill a host-mapped op error record. Like a
-// device-side timeout, it is raised as an InvalidArgument by the next op of this process (or
-// by cuda_raise_device_errors()). Synchronise the stream before relying on the outputs.
+// device-side timeout, it is raised as an InvalidArgument by the next op of this process.
+// Synchronise the stream before relying on the outputs.
 
 #include "cuda/cuda_ops.hpp"
 
@@ -700,8 +700,4 @@ void cuda_run_op(const OpArgs& a) {
     default:
       symmem::throw_error(ErrorCode::Internal, op, rank, "unknown op kind");
   }
-}
-
-void cuda_raise_device_errors(const char* op, int rank) {
-  raise_op_error(op, rank);
 }

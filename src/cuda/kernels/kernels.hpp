@@ -1,7 +1,7 @@
 #pragma once
 
 // Host-facing interface of the peer-pointer collective kernels (src/cuda/kernels/*.cu).
-// Plain C++17, no CUDA headers: src/cuda/cuda_ops.cpp (C++20) fills these structs and calls the
+// Plain C++, no CUDA headers: src/cuda/cuda_ops.cu fills these structs and calls the
 // launchers, which enqueue one kernel each on `stream` (graph capturable, no allocation, no
 // host synchronisation).
 //
@@ -13,7 +13,7 @@
 //   [ll_offset, ll_offset+ll_bytes)  LL packet buffers: 2 parities x world sources x ll_slot
 //   [data_offset, ...)               staging for ordinary-memory inputs/outputs
 // The control and LL regions are zeroed (then a signal-pad barrier) the first time an
-// allocation is used; see cuda_ops.cpp.
+// allocation is used; see cuda_ops.cu.
 //
 // NOTE [epochs and flags]
 // Each workspace carries one 32-bit epoch per rank (ctrl word 0). Every kernel that talks to
@@ -85,7 +85,7 @@ struct SyncArgs {
   int32_t* error_record = nullptr;    // op error record (below), host-mapped, may be null
   // Zero-copy descriptor {send alloc id, send offset, recv alloc id, recv offset} (-1: staged).
   // Barrier kernels publish it before B1 and check after B1 that every rank passed the same
-  // (GPU ops have no host-side agreement), NOTE [zero-copy agreement] in cuda_ops.cpp.
+  // (GPU ops have no host-side agreement), NOTE [zero-copy agreement] in cuda_ops.cu.
   int64_t desc[4] = {-1, -1, -1, -1};
   uint32_t desc_offset = 0;  // of the descriptor table [world][4] int64 in the control region
 };
