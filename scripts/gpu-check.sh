@@ -173,9 +173,10 @@ ctest_rows() {  # per-test rows from a ctest log
 }
 if [ -d "$BUILD" ]; then
   (cd "$BUILD" && ctest -N -L gpu > "$OUT/ctest_list.log" 2>&1)
-  # The cuda backend's own tests first (tests/gpu), then every other gpu-labelled test.
+  # The cuda backend's plugin and memory tests first (tests/cuda: test_cuda_plugin, gpu_cuda_*),
+  # then every other gpu-labelled test (the collectives gpu_ops_* of tests/cuda among them).
   CUDA_TESTS='^(gpu_cuda_|test_cuda_plugin$)'
-  STEP_DETAIL="tests/gpu: cuda backend, 1/2/4 ranks" \
+  STEP_DETAIL="tests/cuda: cuda backend plugin and memory, 1/2/4 ranks" \
     run_step ctest_gpu_cuda 240 bash -c "cd '$BUILD' && ctest -L gpu -R '$CUDA_TESTS' --output-on-failure -j1"
   while IFS= read -r row; do [ -n "$row" ] && ROWS+=("$row"); done < <(ctest_rows "$OUT/ctest_gpu_cuda.log" "  ")
   # The example (a user kernel on the device API) before the other issues' tests.

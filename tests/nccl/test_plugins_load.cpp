@@ -1,6 +1,6 @@
 // The nccl and nvshmem plugins load on a machine without a GPU (no unresolved symbols, their
 // dependencies found through the rpath), answer what they support, and refuse CPU memory with a
-// reason. Runs everywhere (label unit); the GPU behaviour is in test_gpu_nccl/test_gpu_nvshmem.
+// reason. Runs everywhere (label unit); the GPU behaviour is in tests/nccl and tests/nvshmem.
 
 #include <gtest/gtest.h>
 
