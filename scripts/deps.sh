@@ -12,6 +12,7 @@ command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 [ -f /usr/include/gmock/gmock.h ] || need_apt+=(libgmock-dev)
 command -v mpirun >/dev/null || need_apt+=(openmpi-bin libopenmpi-dev)
 command -v clang++ >/dev/null || need_apt+=(clang)
+command -v clang-format >/dev/null || need_apt+=(clang-format)  # scripts/check-format.sh
 if ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
   need_apt+=(libclang-rt-14-dev)
 fi
