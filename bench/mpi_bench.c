@@ -24,13 +24,17 @@ static double now_us(void) {
 static size_t parse_size(const char* s) {
   char* end = NULL;
   double v = strtod(s, &end);
-  if (*end == 'K' || *end == 'k') v *= 1024;
-  else if (*end == 'M' || *end == 'm') v *= 1024 * 1024;
-  else if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024 * 1024;
+  if (*end == 'K' || *end == 'k')
+    v *= 1024;
+  else if (*end == 'M' || *end == 'm')
+    v *= 1024 * 1024;
+  else if (*end == 'G' || *end == 'g')
+    v *= 1024.0 * 1024 * 1024;
   return (size_t)v;
 }
 
-static const char* kOps[] = {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast"};
+static const char* kOps[] = {"all_reduce", "reduce_scatter", "all_gather", "all_to_all",
+                             "broadcast"};
 
 int main(int argc, char** argv) {
   size_t minb = 4, maxb = 16 << 20;
@@ -38,13 +42,20 @@ int main(int argc, char** argv) {
   int iters = 20, warmup = 5, memcpy_mode = 0;
   const char* op = "all_reduce";
   for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "-b") && i + 1 < argc) minb = parse_size(argv[++i]);
-    else if (!strcmp(argv[i], "-e") && i + 1 < argc) maxb = parse_size(argv[++i]);
-    else if (!strcmp(argv[i], "-f") && i + 1 < argc) factor = atof(argv[++i]);
-    else if (!strcmp(argv[i], "-n") && i + 1 < argc) iters = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "-w") && i + 1 < argc) warmup = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--op") && i + 1 < argc) op = argv[++i];
-    else if (!strcmp(argv[i], "--memcpy")) memcpy_mode = 1;
+    if (!strcmp(argv[i], "-b") && i + 1 < argc)
+      minb = parse_size(argv[++i]);
+    else if (!strcmp(argv[i], "-e") && i + 1 < argc)
+      maxb = parse_size(argv[++i]);
+    else if (!strcmp(argv[i], "-f") && i + 1 < argc)
+      factor = atof(argv[++i]);
+    else if (!strcmp(argv[i], "-n") && i + 1 < argc)
+      iters = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "-w") && i + 1 < argc)
+      warmup = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--op") && i + 1 < argc)
+      op = argv[++i];
+    else if (!strcmp(argv[i], "--memcpy"))
+      memcpy_mode = 1;
     else {
       fprintf(stderr, "mpi_bench: unknown argument %s\n", argv[i]);
       return 2;

@@ -26,7 +26,15 @@ namespace symmem {
 inline constexpr int kPluginAbiVersion = 1;
 
 enum class OpKind : int {
-  all_reduce, reduce_scatter, all_gather, all_to_all, all_to_all_v, broadcast, put, get, barrier,
+  all_reduce,
+  reduce_scatter,
+  all_gather,
+  all_to_all,
+  all_to_all_v,
+  broadcast,
+  put,
+  get,
+  barrier,
   kCount
 };
 SYMMEM_API const char* to_string(OpKind k) noexcept;
@@ -35,7 +43,7 @@ SYMMEM_API const char* to_string(OpKind k) noexcept;
 class SYMMEM_API BackendMemory {
  public:
   virtual ~BackendMemory();
-  virtual void* ptr(int peer) const = 0;             // nullptr: not directly addressable
+  virtual void* ptr(int peer) const = 0;  // nullptr: not directly addressable
   virtual void* const* ptrs_device() const { return nullptr; }
   virtual uint32_t* signal_pad(int peer) const = 0;  // device pointer on GPU backends
   virtual bool direct_access(int peer) const = 0;

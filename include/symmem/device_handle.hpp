@@ -19,17 +19,17 @@ namespace symmem {
 struct DeviceHandle {
   int32_t rank = 0;
   int32_t world_size = 0;
-  uint64_t size = 0;              // bytes of each rank's buffer (this view)
-  uint32_t num_channels = 0;      // signal channels per pad
-  uint32_t pad_slots = 0;         // uint32_t slots per pad (>= num_channels * world_size)
-  void* const* buffers = nullptr;       // [world_size] peer buffer pointers, device memory;
-                                        // nullptr for peers not directly reachable
+  uint64_t size = 0;                       // bytes of each rank's buffer (this view)
+  uint32_t num_channels = 0;               // signal channels per pad
+  uint32_t pad_slots = 0;                  // uint32_t slots per pad (>= num_channels * world_size)
+  void* const* buffers = nullptr;          // [world_size] peer buffer pointers, device memory;
+                                           // nullptr for peers not directly reachable
   uint32_t* const* signal_pads = nullptr;  // [world_size] peer signal pads, device memory
   // Where a device-side wait records a timeout (host-mapped); see NOTE [device timeouts].
   // Layout: [0] = flag (0 ok / 1 timed out), [1] = rank that waited, [2] = channel,
   // [3] = peer waited on.
   int32_t* timeout_record = nullptr;
-  uint64_t timeout_ns = 0;        // deadline of every device-side wait, in %globaltimer ns
+  uint64_t timeout_ns = 0;  // deadline of every device-side wait, in %globaltimer ns
 };
 
 static_assert(std::is_trivially_copyable_v<DeviceHandle>);

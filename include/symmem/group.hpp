@@ -37,16 +37,16 @@
 namespace symmem {
 
 struct GroupOptions {
-  int rank = -1;              // -1: from the environment
+  int rank = -1;  // -1: from the environment
   int world_size = -1;
   int local_rank = -1;
   int local_world_size = -1;
-  std::string store_url;      // tcp://host:port or file:///path; empty: from the environment
+  std::string store_url;         // tcp://host:port or file:///path; empty: from the environment
   std::shared_ptr<Store> store;  // an existing store (wins over store_url)
-  std::string token;          // TCP store token; empty: SYMMEM_STORE_TOKEN
-  Millis timeout{-1};         // -1: SYMMEM_TIMEOUT_MS
-  std::string host_id;        // identity of this rank's host; empty: SYMMEM_HOST_ID, else
-                              // hostname + boot id (tests use it to simulate several hosts)
+  std::string token;             // TCP store token; empty: SYMMEM_STORE_TOKEN
+  Millis timeout{-1};            // -1: SYMMEM_TIMEOUT_MS
+  std::string host_id;           // identity of this rank's host; empty: SYMMEM_HOST_ID, else
+                                 // hostname + boot id (tests use it to simulate several hosts)
 };
 
 class SYMMEM_API Group {
@@ -61,13 +61,13 @@ class SYMMEM_API Group {
   bool valid() const noexcept { return impl_ != nullptr; }
   int rank() const;
   int world_size() const;
-  int local_rank() const;        // among this group's ranks on this host
-  int local_world_size() const;  // this group's ranks on this host
-  const std::string& host_id() const;          // identity of this rank's host
-  bool same_host(int peer) const;              // peer: a rank of this group
-  bool single_host() const;                    // every rank on one host
-  int global_rank(int group_rank) const;       // InvalidArgument when out of range
-  int group_rank(int global_rank) const;       // -1 when not a member
+  int local_rank() const;                 // among this group's ranks on this host
+  int local_world_size() const;           // this group's ranks on this host
+  const std::string& host_id() const;     // identity of this rank's host
+  bool same_host(int peer) const;         // peer: a rank of this group
+  bool single_host() const;               // every rank on one host
+  int global_rank(int group_rank) const;  // InvalidArgument when out of range
+  int group_rank(int global_rank) const;  // -1 when not a member
   const std::vector<int>& global_ranks() const;
   const std::shared_ptr<Store>& store() const;
   Millis timeout() const;

@@ -43,8 +43,8 @@ class SYMMEM_API SymmetricMemory {
   bool valid() const noexcept { return impl_ != nullptr; }
   int rank() const;
   int world_size() const;
-  size_t size() const;        // bytes of this view on each rank
-  size_t offset() const;      // offset of this view within the allocation
+  size_t size() const;    // bytes of this view on each rank
+  size_t offset() const;  // offset of this view within the allocation
   Device device() const;
   const std::string& backend() const;
   const Group& group() const;
@@ -57,7 +57,7 @@ class SYMMEM_API SymmetricMemory {
   // Peer's signal pad (whole allocation, not the view): pad_slots() uint32_t slots.
   uint32_t* signal_pad(int peer) const;
   size_t signal_pad_bytes() const;
-  int num_channels() const;   // signal_pad_slots / world_size
+  int num_channels() const;  // signal_pad_slots / world_size
   bool direct_access(int peer) const;
   int global_rank(int rank) const;
 
@@ -100,7 +100,8 @@ SYMMEM_API SymmetricMemory allocate(const Group& group, size_t bytes, Device dev
 // after the first allocation is an InvalidArgument error.
 SYMMEM_API void select_backend(const std::string& name);
 // The backend that serves (or would serve) `device` for `group`, and why (for logs/tools).
-SYMMEM_API std::string resolve_backend(const Group& group, Device device, std::string* why = nullptr);
+SYMMEM_API std::string resolve_backend(const Group& group, Device device,
+                                       std::string* why = nullptr);
 // Names of backends whose plugins can be loaded here.
 SYMMEM_API std::vector<std::string> available_backends();
 

@@ -29,9 +29,9 @@ namespace symmem {
 
 struct OpOptions {
   Stream stream = nullptr;
-  Algo algo = Algo::automatic;      // all_reduce only; SYMMEM_ALGO overrides `automatic`
-  Millis timeout{-1};               // -1: SYMMEM_TIMEOUT_MS
-  std::optional<Device> device;     // see above
+  Algo algo = Algo::automatic;   // all_reduce only; SYMMEM_ALGO overrides `automatic`
+  Millis timeout{-1};            // -1: SYMMEM_TIMEOUT_MS
+  std::optional<Device> device;  // see above
 };
 
 // ---- all-reduce --------------------------------------------------------------------------

@@ -89,7 +89,7 @@ enum class Algo : int { automatic = 0, one_shot = 1, two_shot = 2 };
 SYMMEM_API size_t dtype_size(DType t);               // InvalidArgument for an unknown value
 SYMMEM_API const char* to_string(DType t) noexcept;  // the short name "f32", ... or "unknown"
 SYMMEM_API const char* to_string(ReduceOp op) noexcept;
-SYMMEM_API const char* to_string(Algo a) noexcept;   // "auto", "one_shot", "two_shot"
+SYMMEM_API const char* to_string(Algo a) noexcept;  // "auto", "one_shot", "two_shot"
 // Parse names ("f32"/"float32"/"float", "bf16"/"bfloat16", "sum", "one_shot", ...);
 // InvalidArgument naming `what` on an unknown name.
 SYMMEM_API DType parse_dtype(std::string_view name, std::string_view what = "dtype");

@@ -295,7 +295,9 @@ std::optional<DType> to_symmem_dtype(dl::DataType t) {
   return std::nullopt;
 }
 
-dl::DataType from_symmem_dtype(DType t) { return dl_type(dtype_info(t)); }
+dl::DataType from_symmem_dtype(DType t) {
+  return dl_type(dtype_info(t));
+}
 
 nb::object& default_group_slot() {
   // Leaked on purpose: the default group lives until the process exits, and is never destroyed

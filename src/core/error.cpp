@@ -6,19 +6,28 @@ namespace symmem {
 
 const char* to_string(ErrorCode code) noexcept {
   switch (code) {
-    case ErrorCode::InvalidArgument: return "InvalidArgument";
-    case ErrorCode::Unsupported: return "Unsupported";
-    case ErrorCode::Timeout: return "Timeout";
-    case ErrorCode::PeerFailure: return "PeerFailure";
-    case ErrorCode::BackendUnavailable: return "BackendUnavailable";
-    case ErrorCode::System: return "System";
-    case ErrorCode::Cuda: return "Cuda";
-    case ErrorCode::Internal: return "Internal";
+    case ErrorCode::InvalidArgument:
+      return "InvalidArgument";
+    case ErrorCode::Unsupported:
+      return "Unsupported";
+    case ErrorCode::Timeout:
+      return "Timeout";
+    case ErrorCode::PeerFailure:
+      return "PeerFailure";
+    case ErrorCode::BackendUnavailable:
+      return "BackendUnavailable";
+    case ErrorCode::System:
+      return "System";
+    case ErrorCode::Cuda:
+      return "Cuda";
+    case ErrorCode::Internal:
+      return "Internal";
   }
   return "Unknown";
 }
 
-Error::Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+Error::Error(ErrorCode code, const std::string& message)
+    : std::runtime_error(message), code_(code) {}
 
 void throw_error(ErrorCode code, std::string_view op, int rank, std::string_view what) {
   std::string msg(op);

@@ -76,7 +76,8 @@ struct Narrow {
     const int32_t norm = static_cast<int32_t>((ua + ((1u << (kShift - 1)) - 1u) + odd) >> kShift) -
                          ((127 - kBias) << M);
     const int32_t fin = select_i32(a < ((127 + 1 - kBias) << 23), sub, norm);
-    const int32_t r = select_i32(a > 0x7f800000, kNan, select_i32(fin > kMaxFinite, kOverflow, fin));
+    const int32_t r =
+        select_i32(a > 0x7f800000, kNan, select_i32(fin > kMaxFinite, kOverflow, fin));
     return r | sign;
   }
 
@@ -103,12 +104,16 @@ using F16Format = Narrow<5, 10, true, 0x7e00>;  // quiet NaN
 using E4M3Format = Narrow<4, 3, false, 0x7f>;   // the one NaN code
 using E5M2Format = Narrow<5, 2, true, 0x7f>;    // all ones, as torch and CUDA give
 
-SYMMEM_FC_HD float f16_to_f32(uint16_t h) { return F16Format::to_f32(h); }
+SYMMEM_FC_HD float f16_to_f32(uint16_t h) {
+  return F16Format::to_f32(h);
+}
 SYMMEM_FC_HD uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(F16Format::from_f32(f));
 }
 
-SYMMEM_FC_HD float bf16_to_f32(uint16_t b) { return float_of(static_cast<int32_t>(b) << 16); }
+SYMMEM_FC_HD float bf16_to_f32(uint16_t b) {
+  return float_of(static_cast<int32_t>(b) << 16);
+}
 SYMMEM_FC_HD uint16_t f32_to_bf16(float f) {
   const uint32_t u = static_cast<uint32_t>(bits_of(f));
   const int32_t rounded = static_cast<int32_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
@@ -117,9 +122,17 @@ SYMMEM_FC_HD uint16_t f32_to_bf16(float f) {
   return static_cast<uint16_t>(select_i32(mag > 0x7f800000, nan, rounded));
 }
 
-SYMMEM_FC_HD float e4m3_to_f32(uint8_t b) { return E4M3Format::to_f32(b); }
-SYMMEM_FC_HD uint8_t f32_to_e4m3(float f) { return static_cast<uint8_t>(E4M3Format::from_f32(f)); }
-SYMMEM_FC_HD float e5m2_to_f32(uint8_t b) { return E5M2Format::to_f32(b); }
-SYMMEM_FC_HD uint8_t f32_to_e5m2(float f) { return static_cast<uint8_t>(E5M2Format::from_f32(f)); }
+SYMMEM_FC_HD float e4m3_to_f32(uint8_t b) {
+  return E4M3Format::to_f32(b);
+}
+SYMMEM_FC_HD uint8_t f32_to_e4m3(float f) {
+  return static_cast<uint8_t>(E4M3Format::from_f32(f));
+}
+SYMMEM_FC_HD float e5m2_to_f32(uint8_t b) {
+  return E5M2Format::to_f32(b);
+}
+SYMMEM_FC_HD uint8_t f32_to_e5m2(float f) {
+  return static_cast<uint8_t>(E5M2Format::from_f32(f));
+}
 
 }  // namespace symmem::fp

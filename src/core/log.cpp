@@ -33,8 +33,16 @@ std::string expand_path(const std::string& pattern, const std::string& host) {
   for (size_t i = 0; i < pattern.size(); ++i) {
     if (pattern[i] == '%' && i + 1 < pattern.size()) {
       char c = pattern[i + 1];
-      if (c == 'h') { out += host; ++i; continue; }
-      if (c == 'p') { out += std::to_string(getpid()); ++i; continue; }
+      if (c == 'h') {
+        out += host;
+        ++i;
+        continue;
+      }
+      if (c == 'p') {
+        out += std::to_string(getpid());
+        ++i;
+        continue;
+      }
     }
     out += pattern[i];
   }
@@ -89,7 +97,9 @@ bool log_enabled(LogLevel level, Subsys subsys) noexcept {
   return static_cast<int>(level) <= c.level && (c.mask & (1u << static_cast<int>(subsys))) != 0;
 }
 
-void log_set_rank(int rank) noexcept { g_rank.store(rank); }
+void log_set_rank(int rank) noexcept {
+  g_rank.store(rank);
+}
 
 void log_reset_for_testing() noexcept {
   std::lock_guard<std::mutex> lock(g_mutex);

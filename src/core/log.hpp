@@ -44,11 +44,11 @@ struct LogVoidify {
 
 }  // namespace symmem::detail
 
-#define SYMMEM_LOG(level, subsys)                                                           \
-  !::symmem::detail::log_enabled(::symmem::detail::LogLevel::level,                         \
-                                 ::symmem::detail::Subsys::subsys)                          \
-      ? (void)0                                                                             \
-      : ::symmem::detail::LogVoidify() &                                                    \
-            ::symmem::detail::LogLine(::symmem::detail::LogLevel::level,                    \
-                                      ::symmem::detail::Subsys::subsys)                     \
+#define SYMMEM_LOG(level, subsys)                                        \
+  !::symmem::detail::log_enabled(::symmem::detail::LogLevel::level,      \
+                                 ::symmem::detail::Subsys::subsys)       \
+      ? (void)0                                                          \
+      : ::symmem::detail::LogVoidify() &                                 \
+            ::symmem::detail::LogLine(::symmem::detail::LogLevel::level, \
+                                      ::symmem::detail::Subsys::subsys)  \
                 .stream()

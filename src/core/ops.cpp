@@ -65,7 +65,9 @@ struct ArgFailure {
   }
 }
 
-bool known_dtype(DType t) { return find_dtype(t) != nullptr; }
+bool known_dtype(DType t) {
+  return find_dtype(t) != nullptr;
+}
 bool known_redop(ReduceOp o) {
   return static_cast<unsigned>(o) <= static_cast<unsigned>(ReduceOp::max);
 }
@@ -220,7 +222,8 @@ void resolve_backend_for(Call& c, const std::optional<Device>& requested) {
     name = resolve_backend(*c.group, c.device);
     // A GPU backend selected for the process still leaves CPU buffers to the host backend (as
     // allocate() does), e.g. a GPU program's host-side barrier or reductions.
-    if (!c.device.is_cuda() && (name == "cuda" || name == "nccl" || name == "nvshmem")) name = "host";
+    if (!c.device.is_cuda() && (name == "cuda" || name == "nccl" || name == "nvshmem"))
+      name = "host";
   }
   c.backend = get_backend(name);
   if (!c.backend->supports(c.kind, c.dtype)) {

@@ -19,7 +19,9 @@ std::string to_string(const Bytes& b) {
 
 Store::~Store() = default;
 
-bool Store::set_on_disconnect(const std::string&, const Bytes&) { return false; }
+bool Store::set_on_disconnect(const std::string&, const Bytes&) {
+  return false;
+}
 
 void Store::cancel_on_disconnect(const std::string&) {}
 

@@ -28,13 +28,17 @@ std::string dtype_names() {
 
 }  // namespace
 
-const DTypeInfo* dtype_table() noexcept { return kTable; }
+const DTypeInfo* dtype_table() noexcept {
+  return kTable;
+}
 const DTypeInfo* find_dtype(DType t) noexcept {
   for (const auto& row : kTable)
     if (row.dtype == t) return &row;
   return nullptr;
 }
-size_t dtype_table_size() noexcept { return kTableSize; }
+size_t dtype_table_size() noexcept {
+  return kTableSize;
+}
 
 const DTypeInfo& dtype_info(DType t) {
   if (const DTypeInfo* row = find_dtype(t)) return *row;
@@ -55,19 +59,26 @@ const char* to_string(DType t) noexcept {
 
 const char* to_string(ReduceOp op) noexcept {
   switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::avg: return "avg";
-    case ReduceOp::min: return "min";
-    case ReduceOp::max: return "max";
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::avg:
+      return "avg";
+    case ReduceOp::min:
+      return "min";
+    case ReduceOp::max:
+      return "max";
   }
   return "unknown";
 }
 
 const char* to_string(Algo a) noexcept {
   switch (a) {
-    case Algo::automatic: return "auto";
-    case Algo::one_shot: return "one_shot";
-    case Algo::two_shot: return "two_shot";
+    case Algo::automatic:
+      return "auto";
+    case Algo::one_shot:
+      return "one_shot";
+    case Algo::two_shot:
+      return "two_shot";
   }
   return "unknown";
 }

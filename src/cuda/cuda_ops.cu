@@ -223,8 +223,8 @@ Call make_call(const OpArgs& a) {
   const int devices = std::max(1, proc().device_count);
   const int local = std::max(1, a.group->local_world_size());
   const int per_gpu = std::max(1, (local + devices - 1) / devices);
-  static const int per_sm = static_cast<int>(
-      symmem::env::get_int_or("SYMMEM_GPU_BLOCKS_PER_SM", K::kBlocksPerSm));
+  static const int per_sm =
+      static_cast<int>(symmem::env::get_int_or("SYMMEM_GPU_BLOCKS_PER_SM", K::kBlocksPerSm));
   c.max_blocks = std::clamp(sms * per_sm / per_gpu, 1, K::kMaxBlocks);
   return c;
 }
@@ -649,7 +649,8 @@ void cuda_run_op(const OpArgs& a) {
     char* remote = static_cast<char*>(a.target.ptr(a.root));
     if (remote == nullptr) {
       symmem::throw_error(ErrorCode::Unsupported, op, rank,
-                          "rank " + std::to_string(a.root) + "'s part of the buffer is not "
+                          "rank " + std::to_string(a.root) +
+                              "'s part of the buffer is not "
                               "directly addressable from this rank (backend " +
                               a.target.backend() + "); the nvshmem backend reaches such peers");
     }

@@ -6,8 +6,8 @@
 // Contract of reduce(): out[i] = op(ins[0][i], ins[1][i], ..., ins[n-1][i]) evaluated strictly
 // left to right (input 0 first), so every rank that reduces the same inputs in the same order
 // gets bitwise the same result. f16/bf16/fp8 are widened to f32, reduced in f32 and rounded
-// once (round to nearest even). avg = sum / divisor (integer division for i32/i64). Integer sums wrap
-// (two's complement). `out` may alias any input exactly (the same element range), never
+// once (round to nearest even). avg = sum / divisor (integer division for i32/i64). Integer sums
+// wrap (two's complement). `out` may alias any input exactly (the same element range), never
 // partially: inputs of a block are read before its results are stored.
 //
 // The kernels are plain loops over blocks of elements that the compiler vectorises (see

@@ -16,7 +16,7 @@ namespace {
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
 #define SYMMEM_NCCL_TYPE_(id, value, size, dl, kind, gpu, suffix, ...) \
-  case DType::id:                                                    \
+  case DType::id:                                                      \
     return nccl##suffix;
     SYMMEM_DTYPES(SYMMEM_NCCL_TYPE_)
 #undef SYMMEM_NCCL_TYPE_

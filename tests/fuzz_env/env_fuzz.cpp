@@ -49,10 +49,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           for (const auto& t : all) {
             if (n != t.name) continue;
             std::string ty = t.type;
-            if (ty == "int") symmem::env::get_int(n);
-            else if (ty == "bool") symmem::env::get_bool(n);
-            else if (ty == "list") symmem::env::get_list(n);
-            else symmem::env::get_string(n);
+            if (ty == "int")
+              symmem::env::get_int(n);
+            else if (ty == "bool")
+              symmem::env::get_bool(n);
+            else if (ty == "list")
+              symmem::env::get_list(n);
+            else
+              symmem::env::get_string(n);
           }
         },
         s.name);

@@ -47,7 +47,9 @@ double ref_value(const Format& f, int code) {
                             : std::ldexp(1.0 + std::ldexp(man, -f.m), exp - bias);
   return (code & 0x80) ? -v : v;
 }
-int ref_max_code(const Format& f) { return f.ieee ? (((1 << f.e) - 1) << f.m) - 1 : 0x7e; }
+int ref_max_code(const Format& f) {
+  return f.ieee ? (((1 << f.e) - 1) << f.m) - 1 : 0x7e;
+}
 
 // Round to nearest, ties to the even code; what rounds past the largest finite value overflows
 // (to infinity for E5M2, to NaN for E4M3FN, which has no infinity).
@@ -122,14 +124,22 @@ TEST(Fp8, KnownValues) {
 // special values, and 200k random floats over the formats' range and beyond.
 TEST(Fp8, EncodeMatchesReference) {
   for (const Format& f : kFormats) {
-    std::vector<float> xs = {0.0f,      -0.0f,     INFINITY, -INFINITY,
-                             NAN,       -NAN,      1e-45f,   -1e-45f,
-                             std::numeric_limits<float>::max(), std::numeric_limits<float>::min()};
+    std::vector<float> xs = {0.0f,
+                             -0.0f,
+                             INFINITY,
+                             -INFINITY,
+                             NAN,
+                             -NAN,
+                             1e-45f,
+                             -1e-45f,
+                             std::numeric_limits<float>::max(),
+                             std::numeric_limits<float>::min()};
     const int maxc = ref_max_code(f);
     for (int c = 0; c <= maxc; ++c) {
       const double lo = ref_value(f, c);
-      const double hi = c < maxc ? ref_value(f, c + 1)
-                                 : ref_value(f, maxc) + (ref_value(f, maxc) - ref_value(f, maxc - 1));
+      const double hi = c < maxc
+                            ? ref_value(f, c + 1)
+                            : ref_value(f, maxc) + (ref_value(f, maxc) - ref_value(f, maxc - 1));
       const float mid = static_cast<float>((lo + hi) / 2);  // exact in f32
       ASSERT_EQ(static_cast<double>(mid), (lo + hi) / 2);
       for (float x : {static_cast<float>(lo), mid, std::nextafter(mid, 0.0f),

@@ -31,9 +31,9 @@ TEST(Error, SysCheckStringifiesCallWithErrno) {
     errno = 0;
     SYMMEM_CHECK_SYS("open_thing", 2, ::close(-1));
   };
-  symmem::test::expect_error(fail, ErrorCode::System,
-                             {"open_thing: rank 2: ::close(-1) failed at", "test_error.cpp:",
-                              "Bad file descriptor"});
+  symmem::test::expect_error(
+      fail, ErrorCode::System,
+      {"open_thing: rank 2: ::close(-1) failed at", "test_error.cpp:", "Bad file descriptor"});
 }
 
 TEST(Error, ArgCheckNamesArgument) {
