@@ -23,7 +23,7 @@
 
 namespace symmem {
 
-inline constexpr int kPluginAbiVersion = 1;
+inline constexpr int kPluginAbiVersion = 2;  // 2: BackendMemory::check_peers_alive
 
 enum class OpKind : int {
   all_reduce,
@@ -52,6 +52,12 @@ class SYMMEM_API BackendMemory {
   virtual void wait_signal(int src, int channel, Millis timeout, Stream stream) = 0;
   // Handle for [offset, offset+length); GPU backends keep device pointer tables per view.
   virtual DeviceHandle device_handle(size_t offset, size_t length) const;
+  // Throws PeerFailure naming `op` and `channel` when a peer of the allocation is known to be
+  // gone; called from the core's CPU waits (core/pad_sync.hpp). The default knows nothing.
+  virtual void check_peers_alive(const char* op, int channel) const {
+    (void)op;
+    (void)channel;
+  }
 };
 
 struct RendezvousInfo {
@@ -103,6 +109,13 @@ class SYMMEM_API Backend {
   virtual const char* name() const = 0;
   // Can this backend serve `device` for `group`? If not, `why` says why (and what would).
   virtual bool can_serve(const Group& group, Device device, std::string* why) const = 0;
+  // Whether it serves buffers of this device type at all. The core routes the CPU buffers of a
+  // backend that serves only GPU buffers (a GPU program's host-side reductions) to auto's choice
+  // for CPU buffers; a backend that claims CPU buffers answers for them through can_serve.
+  virtual bool serves(DeviceType type) const {
+    (void)type;
+    return true;
+  }
   virtual bool supports(OpKind kind, DType dtype) const = 0;
   // Allocates this rank's buffer and pad and rendezvous with the group (collective). The core
   // has already checked that every rank asked for the same size in the same order.

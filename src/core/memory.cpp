@@ -166,26 +166,7 @@ std::string resolve(const std::string& requested, const std::string& source, con
     if (why != nullptr) *why = "selected by " + source;
     return requested;
   }
-  if (!device.is_cuda()) {
-    if (why != nullptr) *why = "auto: CPU buffers use the host backend";
-    return "host";
-  }
-  if (group.single_host()) {
-    if (why != nullptr) {
-      *why =
-          "auto: GPU buffers and all " + std::to_string(group.world_size()) + " ranks on one host";
-    }
-    return "cuda";
-  }
-  std::string nvshmem_why;
-  if (detail::try_get_backend("nvshmem", &nvshmem_why) != nullptr) {
-    if (why != nullptr) *why = "auto: GPU buffers, ranks on several hosts, nvshmem loads";
-    return "nvshmem";
-  }
-  if (why != nullptr) {
-    *why = "auto: GPU buffers, ranks on several hosts, nvshmem unavailable (" + nvshmem_why + ")";
-  }
-  return "nccl";
+  return detail::auto_backend(group, device, why);
 }
 
 // ---- handle helpers -------------------------------------------------------------------------
@@ -320,15 +301,16 @@ SymmetricMemory allocate_impl(const Group& group, size_t bytes, Device device,
                       "; available backends: " + (avail.empty() ? "(none)" : avail));
     }
     std::string serve_why;
-    const bool gpu_backend =
-        backend_name == "cuda" || backend_name == "nccl" || backend_name == "nvshmem";
-    if (gpu_backend && !device.is_cuda() && !backend->can_serve(group, device, &serve_why)) {
-      // The selected backend is a GPU backend; CPU buffers (e.g. a GPU program's host-side
-      // reductions) are always served by the host backend.
-      SYMMEM_LOG(INFO, ALLOC) << "backend '" << backend_name << "' serves GPU buffers only ("
-                              << serve_why << "); CPU buffers use the host backend";
-      why = "CPU buffers use the host backend (" + backend_name + " serves GPU buffers)";
-      backend_name = "host";
+    if (!device.is_cuda() && !backend->serves(device.type)) {
+      // The selected backend serves GPU buffers only; CPU buffers (e.g. a GPU program's
+      // host-side reductions) go where auto sends them.
+      const std::string cpu_name = detail::auto_backend(group, device, nullptr);
+      SYMMEM_LOG(INFO, ALLOC) << "backend '" << backend_name << "' does not serve "
+                              << to_string(device) << " buffers; they use the " << cpu_name
+                              << " backend";
+      why = to_string(device) + " buffers use the " + cpu_name + " backend (" + backend_name +
+            " does not serve them)";
+      backend_name = cpu_name;
       backend = detail::try_get_backend(backend_name, &load_why);
       SYMMEM_INTERNAL_CHECK(backend != nullptr);
     }

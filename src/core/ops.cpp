@@ -6,7 +6,7 @@
 // agree. For CPU groups on one host each rank checks its own arguments locally, writes a small
 // descriptor (op, counts, dtype, op, root, which symmetric buffers it passed, all_to_all_v counts,
 // and its error message if its arguments were bad) into its part of the group's CPU workspace,
-// and the ranks meet at one barrier (host_ops_sync.hpp). Then every rank reads every descriptor
+// and the ranks meet at one barrier (core/pad_sync.hpp). Then every rank reads every descriptor
 // and takes the same decision: run, or throw. A rank that made a mistake throws its own
 // InvalidArgument; the others throw InvalidArgument naming that rank and its message. So a bad
 // argument on one rank never leaves the others waiting, and nothing has been touched.
@@ -27,8 +27,9 @@
 
 #include "core/check.hpp"
 #include "core/memory_registry.hpp"
+#include "core/pad_sync.hpp"
+#include "core/registry.hpp"
 #include "core/workspace.hpp"
-#include "host/host_ops_sync.hpp"
 #include "symmem/backend.hpp"
 #include "symmem/env.hpp"
 #include "symmem/error.hpp"
@@ -155,7 +156,7 @@ struct Desc {
   int64_t send_alloc, send_off, recv_alloc, recv_off;
   char message[400];
 };
-static_assert(sizeof(Desc) <= host::kDescFixedBytes);
+static_assert(sizeof(Desc) <= detail::kDescFixedBytes);
 
 // What one op call looks like, for checking and running.
 struct Call {
@@ -220,10 +221,11 @@ void resolve_backend_for(Call& c, const std::optional<Device>& requested) {
     name = c.recv_sym.backend();
   } else {
     name = resolve_backend(*c.group, c.device);
-    // A GPU backend selected for the process still leaves CPU buffers to the host backend (as
+    // A GPU backend selected for the process still leaves CPU buffers to auto's choice (as
     // allocate() does), e.g. a GPU program's host-side barrier or reductions.
-    if (!c.device.is_cuda() && (name == "cuda" || name == "nccl" || name == "nvshmem"))
-      name = "host";
+    auto b = detail::try_get_backend(name, nullptr);
+    if (!c.device.is_cuda() && b != nullptr && !b->serves(c.device.type))
+      name = detail::auto_backend(*c.group, c.device, nullptr);
   }
   c.backend = get_backend(name);
   if (!c.backend->supports(c.kind, c.dtype)) {
@@ -288,13 +290,13 @@ void fill_desc(Desc& d, const Call& c, uint64_t seq, const LocalError& err) {
 // may clear c.send_sym / c.recv_sym when the ranks did not all pass the same symmetric buffer.
 void agree(Call& c, uint64_t seq, const LocalError& err) {
   const int n = c.world, r = c.rank;
-  SymmetricMemory ws = group_workspace(*c.group, Device::cpu(), host::data_offset(n));
-  host::PadSync sync(ws, c.op, c.timeout);
-  char* mine = static_cast<char*>(ws.ptr(r)) + host::desc_offset(n, seq);
+  SymmetricMemory ws = group_workspace(*c.group, Device::cpu(), detail::data_offset(n));
+  detail::PadSync sync(ws, c.op, c.timeout);
+  char* mine = static_cast<char*>(ws.ptr(r)) + detail::desc_offset(n, seq);
   Desc d;
   fill_desc(d, c, seq, err);
   std::memcpy(mine, &d, sizeof(d));
-  int64_t* my_counts = reinterpret_cast<int64_t*>(mine + host::kDescFixedBytes);
+  int64_t* my_counts = reinterpret_cast<int64_t*>(mine + detail::kDescFixedBytes);
   if (c.kind == OpKind::all_to_all_v && !err.set()) {
     std::memcpy(my_counts, c.send_counts, sizeof(int64_t) * n);
     if (c.recv_counts_known) std::memcpy(my_counts + n, c.recv_counts, sizeof(int64_t) * n);
@@ -304,9 +306,9 @@ void agree(Call& c, uint64_t seq, const LocalError& err) {
   std::vector<Desc> all(n);
   std::vector<const int64_t*> counts(n);
   for (int p = 0; p < n; ++p) {
-    const char* base = static_cast<const char*>(ws.ptr(p)) + host::desc_offset(n, seq);
+    const char* base = static_cast<const char*>(ws.ptr(p)) + detail::desc_offset(n, seq);
     std::memcpy(&all[p], base, sizeof(Desc));
-    counts[p] = reinterpret_cast<const int64_t*>(base + host::kDescFixedBytes);
+    counts[p] = reinterpret_cast<const int64_t*>(base + detail::kDescFixedBytes);
   }
   // Out of step: some rank is in another op.
   for (int p = 0; p < n; ++p) {

@@ -177,9 +177,58 @@ std::shared_ptr<Backend> load_plugin(const std::string& name, std::string* why) 
 
 namespace detail {
 
+// NOTE [auto selection]
+// The backends this project ships, with the buffers each serves and its rank in "auto": for a
+// device type and the group's placement (one host, several hosts), auto takes the candidate of
+// highest priority that loads, else the highest one (whose allocation then says why it cannot
+// load). This list is the only place the core names a backend.
+struct Shipped {
+  const char* name;
+  DeviceType device;
+  bool one_host, several_hosts;  // placements it is a candidate for
+  int priority;
+};
+constexpr Shipped kShipped[] = {
+    {"host", DeviceType::cpu, true, true, 0},
+    {"cuda", DeviceType::cuda, true, false, 2},
+    {"nvshmem", DeviceType::cuda, false, true, 1},
+    {"nccl", DeviceType::cuda, false, true, 0},
+};
+
 const std::vector<std::string>& known_backend_names() {
-  static const std::vector<std::string> names{"host", "cuda", "nvshmem", "nccl"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const auto& b : kShipped) v.emplace_back(b.name);
+    return v;
+  }();
   return names;
+}
+
+std::string auto_backend(const Group& group, Device device, std::string* why) {
+  const bool one_host = group.single_host();
+  std::vector<const Shipped*> cands;
+  for (const auto& b : kShipped) {
+    if (b.device == device.type && (one_host ? b.one_host : b.several_hosts)) cands.push_back(&b);
+  }
+  std::stable_sort(cands.begin(), cands.end(),
+                   [](const Shipped* a, const Shipped* b) { return a->priority > b->priority; });
+  const std::string what = std::string(device.is_cuda() ? "GPU" : "CPU") + " buffers" +
+                           (one_host ? "" : ", ranks on several hosts");
+  if (cands.empty()) {  // not reached with the list above
+    if (why != nullptr) *why = "auto: no backend serves " + what;
+    return "host";
+  }
+  std::string skipped;
+  for (const Shipped* c : cands) {
+    std::string load_why;
+    if (cands.size() == 1 || try_get_backend(c->name, &load_why) != nullptr) {
+      if (why != nullptr) *why = "auto: " + what + ": " + c->name + skipped;
+      return c->name;
+    }
+    skipped += std::string("; ") + c->name + " unavailable (" + load_why + ")";
+  }
+  if (why != nullptr) *why = "auto: " + what + ": " + cands.front()->name + skipped;
+  return cands.front()->name;
 }
 
 std::shared_ptr<Backend> try_get_backend(const std::string& name, std::string* why) {
@@ -251,8 +300,14 @@ std::vector<std::string> available_backends() {
   for (const auto& n : names) {
     if (detail::try_get_backend(n, nullptr) != nullptr) out.push_back(n);
   }
-  // host first, then the rest in name order.
-  std::stable_partition(out.begin(), out.end(), [](const std::string& n) { return n == "host"; });
+  // The shipped backends first, in their list's order, then the rest in name order.
+  const auto& shipped = detail::known_backend_names();
+  auto rank_of = [&](const std::string& n) {
+    return std::find(shipped.begin(), shipped.end(), n) - shipped.begin();
+  };
+  std::stable_sort(out.begin(), out.end(), [&](const std::string& a, const std::string& b) {
+    return rank_of(a) < rank_of(b);
+  });
   return out;
 }
 

@@ -17,4 +17,9 @@ std::shared_ptr<Backend> try_get_backend(const std::string& name, std::string* w
 // Backend names a user may select (the SYMMEM_BACKEND values other than "auto").
 const std::vector<std::string>& known_backend_names();
 
+// The backend "auto" picks for `device` buffers of `group` (NOTE [auto selection] in
+// registry.cpp), with the reason in `why`. Never throws; the name may be of a backend that does
+// not load (then allocating says why).
+std::string auto_backend(const Group& group, Device device, std::string* why);
+
 }  // namespace symmem::detail

@@ -20,6 +20,8 @@ class CudaBackend final : public Backend {
  public:
   const char* name() const override { return "cuda"; }
 
+  bool serves(DeviceType type) const override { return type == DeviceType::cuda; }
+
   bool can_serve(const Group& group, Device device, std::string* why) const override {
     auto fail = [&](const std::string& reason) {
       if (why != nullptr) *why = "cuda: " + reason;

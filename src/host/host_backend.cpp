@@ -238,8 +238,8 @@ class HostMemory final : public BackendMemory {
         /*whole_group=*/true);
   }
 
-  // PeerFailure if any other rank's process has exited (host_check_peers_alive).
-  void check_group_alive(const char* op, int channel) const {
+  // PeerFailure if any other rank's process has exited (the core's CPU waits call it).
+  void check_peers_alive(const char* op, int channel) const override {
     auto none = [](std::vector<Pending>*) {};
     check_peers_alive(op, channel, none, /*whole_group=*/true);
   }
@@ -369,6 +369,8 @@ class HostMemory final : public BackendMemory {
 class HostBackend final : public Backend {
  public:
   const char* name() const override { return "host"; }
+
+  bool serves(DeviceType type) const override { return type == DeviceType::cpu; }
 
   bool can_serve(const Group& group, Device device, std::string* why) const override {
     if (device.is_cuda()) {
@@ -537,8 +539,7 @@ std::shared_ptr<BackendMemory> HostBackend::allocate(const Group& group,
 namespace symmem {
 
 void host_check_peers_alive(const SymmetricMemory& buf, const char* op, int channel) {
-  auto* m = dynamic_cast<host::HostMemory*>(buf.backend_memory().get());
-  if (m != nullptr) m->check_group_alive(op, channel);
+  if (buf.backend_memory()) buf.backend_memory()->check_peers_alive(op, channel);
 }
 
 }  // namespace symmem

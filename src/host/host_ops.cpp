@@ -7,7 +7,7 @@
 // the workspace, the only memory its peers can read. Pattern of every collective:
 //   stage (own input -> own ws) ; barrier ; read peers / reduce ; barrier
 // The trailing barrier keeps a fast rank from overwriting its workspace (or returning a buffer
-// to the user) while a peer still reads it. Synchronisation: PadSync (host_ops_sync.hpp).
+// to the user) while a peer still reads it. Synchronisation: PadSync (core/pad_sync.hpp).
 //
 // Contract with the core: before a collective reaches host_run_op, every rank has passed the
 // agreement barrier of ops.cpp on the same workspace pad (NOTE [collective agreement]). That
@@ -30,17 +30,17 @@
 
 #include <unistd.h>
 
+#include "core/pad_sync.hpp"
 #include "host/host_ops.hpp"
-#include "host/host_ops_sync.hpp"
 #include "host/reduce.hpp"
 #include "symmem/error.hpp"
 
 namespace symmem {
 namespace {
 
+using detail::data_offset;
+using detail::PadSync;
 using host::copy_bytes;
-using host::data_offset;
-using host::PadSync;
 
 char* cptr(void* p) {
   return static_cast<char*>(p);
@@ -228,12 +228,12 @@ void all_to_all_v(const OpArgs& a) {
   // Exchange send counts through the workspace headers.
   {
     PadSync sync = c.sync();
-    std::memcpy(c.header(r) + host::counts_offset(n), a.send_counts, sizeof(int64_t) * n);
+    std::memcpy(c.header(r) + detail::counts_offset(n), a.send_counts, sizeof(int64_t) * n);
     sync.barrier();
   }
   std::vector<int64_t> counts(static_cast<size_t>(n) * n);  // counts[p * n + q]: p sends to q
   for (int p = 0; p < n; ++p)
-    std::memcpy(&counts[static_cast<size_t>(p) * n], c.header(p) + host::counts_offset(n),
+    std::memcpy(&counts[static_cast<size_t>(p) * n], c.header(p) + detail::counts_offset(n),
                 sizeof(int64_t) * n);
   auto sc = [&](int p, int q) {
     return static_cast<size_t>(counts[static_cast<size_t>(p) * n + q]);

@@ -1,7 +1,8 @@
 #pragma once
 
-// Synchronisation and workspace layout shared by the host collectives (host_ops.cpp) and the
-// argument agreement of the core (ops.cpp). Internal.
+// The CPU-side synchronisation over a group's CPU workspace and that workspace's layout: used by
+// the argument agreement of the core (ops.cpp) and by the host collectives (host_ops.cpp).
+// Internal; it knows no backend (liveness comes from BackendMemory::check_peers_alive).
 //
 // NOTE [host ops signal channels]
 // Host ops synchronise over the signal pad of the group's CPU workspace (group_workspace(group,
@@ -40,11 +41,11 @@
 #include <string>
 #include <vector>
 
-#include "host/host_backend.hpp"
+#include "symmem/backend.hpp"
 #include "symmem/error.hpp"
 #include "symmem/memory.hpp"
 
-namespace symmem::host {
+namespace symmem::detail {
 
 using SyncClock = std::chrono::steady_clock;
 
@@ -147,7 +148,7 @@ class PadSync {
       if (now >= next_liveness) {
         next_liveness = now + std::chrono::milliseconds(50);
         try {
-          host_check_peers_alive(ws_, op_, sync_ch_);
+          ws_.backend_memory()->check_peers_alive(op_, sync_ch_);
         } catch (...) {
           sleeping.store(0, std::memory_order_seq_cst);
           throw;
@@ -186,4 +187,4 @@ class PadSync {
   SyncClock::time_point deadline_;
 };
 
-}  // namespace symmem::host
+}  // namespace symmem::detail
