@@ -30,7 +30,8 @@ namespace symmem {
 struct OpOptions {
   Stream stream = nullptr;
   Algo algo = Algo::automatic;      // all_reduce only; SYMMEM_ALGO overrides `automatic`
-  Millis timeout{-1};               // -1: SYMMEM_TIMEOUT_MS
+  Millis timeout{kDefaultTimeout};  // NOTE [timeouts] in store.hpp: < 0 SYMMEM_TIMEOUT_MS,
+                                    // 0 InvalidArgument (an op needs its peers)
   std::optional<Device> device;     // see above
 };
 

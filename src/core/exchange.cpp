@@ -74,7 +74,7 @@ std::vector<Bytes> StoreExchange::await(const std::vector<std::string>& keys,
     return {};
   }
   constexpr Millis kSlice(200);
-  const auto deadline = detail::deadline_after(timeout_);
+  const auto deadline = detail::deadline_for(timeout_);
   for (;;) {
     auto left = std::chrono::duration_cast<Millis>(deadline - detail::Clock::now());
     if (left.count() < 0) left = Millis(0);

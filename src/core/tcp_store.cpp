@@ -315,7 +315,8 @@ void TcpStoreServer::Impl::park(Conn* c, Frame&& f) {
   c->parked = true;
   c->park_gen++;
   c->req = std::move(f);
-  c->deadline = detail::deadline_after(Millis(c->req.num));
+  // Clients send a resolved timeout (>= 0); a negative one from a foreign client means "now".
+  c->deadline = detail::deadline_for(std::max(Millis(c->req.num), Millis(0)));
   deadlines.insert({c->deadline, c->id});
   for (const auto& k : missing_keys(c->req)) waiters[k].push_back({c->id, c->park_gen});
 }
@@ -942,7 +943,7 @@ Frame TcpStore::Impl::call(const char* op, Frame& req, Clock::time_point deadlin
 
 void TcpStore::Impl::connect(Millis timeout) {
   const char* op = "TcpStore";
-  const auto deadline = detail::deadline_after(timeout);
+  const auto deadline = detail::deadline_for(timeout);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -1041,9 +1042,12 @@ TcpStore::~TcpStore() = default;
 
 namespace {
 
-// Deadline for a non-blocking request: the default timeout.
+// Timeout and deadline of a non-blocking request: the default timeout.
+Millis quick_timeout() {
+  return detail::resolve_timeout(kDefaultTimeout);
+}
 Clock::time_point quick_deadline() {
-  return detail::deadline_after(detail::resolve_timeout(Millis(-1)));
+  return detail::deadline_for(kDefaultTimeout);
 }
 
 }  // namespace
@@ -1056,7 +1060,7 @@ void TcpStore::set(const std::string& key, const Bytes& value) {
   f.keys = {key};
   f.values = {value};
   std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->call("TcpStore::set", f, quick_deadline(), detail::resolve_timeout(Millis(-1)));
+  impl_->call("TcpStore::set", f, quick_deadline(), quick_timeout());
 }
 
 Bytes TcpStore::get(const std::string& key, Millis timeout) {
@@ -1067,7 +1071,7 @@ Bytes TcpStore::get(const std::string& key, Millis timeout) {
   f.keys = {key};
   f.num = timeout.count();
   std::lock_guard<std::mutex> lock(impl_->mu);
-  Frame r = impl_->call("TcpStore::get", f, detail::deadline_after(timeout + kReplyGrace), timeout);
+  Frame r = impl_->call("TcpStore::get", f, detail::deadline_for(timeout + kReplyGrace), timeout);
   if (r.values.size() != 1) throw_error(ErrorCode::Internal, "TcpStore::get", -1, "bad reply");
   return std::move(r.values[0]);
 }
@@ -1081,7 +1085,7 @@ void TcpStore::wait(const std::vector<std::string>& keys, Millis timeout) {
   f.keys = keys;
   f.num = timeout.count();
   std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->call("TcpStore::wait", f, detail::deadline_after(timeout + kReplyGrace), timeout);
+  impl_->call("TcpStore::wait", f, detail::deadline_for(timeout + kReplyGrace), timeout);
 }
 
 int64_t TcpStore::add(const std::string& key, int64_t delta) {
@@ -1091,7 +1095,7 @@ int64_t TcpStore::add(const std::string& key, int64_t delta) {
   f.keys = {key};
   f.num = delta;
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->call("TcpStore::add", f, quick_deadline(), detail::resolve_timeout(Millis(-1))).num;
+  return impl_->call("TcpStore::add", f, quick_deadline(), quick_timeout()).num;
 }
 
 Bytes TcpStore::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
@@ -1103,8 +1107,7 @@ Bytes TcpStore::compare_set(const std::string& key, const Bytes& expected, const
   f.keys = {key};
   f.values = {expected, desired};
   std::lock_guard<std::mutex> lock(impl_->mu);
-  Frame r = impl_->call("TcpStore::compare_set", f, quick_deadline(),
-                        detail::resolve_timeout(Millis(-1)));
+  Frame r = impl_->call("TcpStore::compare_set", f, quick_deadline(), quick_timeout());
   if (r.values.size() != 1) {
     throw_error(ErrorCode::Internal, "TcpStore::compare_set", -1, "bad reply");
   }
@@ -1121,7 +1124,7 @@ std::vector<Bytes> TcpStore::multi_get(const std::vector<std::string>& keys, Mil
   f.num = timeout.count();
   std::lock_guard<std::mutex> lock(impl_->mu);
   Frame r =
-      impl_->call("TcpStore::multi_get", f, detail::deadline_after(timeout + kReplyGrace), timeout);
+      impl_->call("TcpStore::multi_get", f, detail::deadline_for(timeout + kReplyGrace), timeout);
   if (r.values.size() != keys.size()) {
     throw_error(ErrorCode::Internal, "TcpStore::multi_get", -1, "bad reply");
   }
@@ -1150,7 +1153,7 @@ void TcpStore::multi_set(const std::vector<std::string>& keys, const std::vector
       body += add;
       ++i;
     }
-    impl_->call("TcpStore::multi_set", f, quick_deadline(), detail::resolve_timeout(Millis(-1)));
+    impl_->call("TcpStore::multi_set", f, quick_deadline(), quick_timeout());
   }
 }
 
@@ -1160,8 +1163,7 @@ bool TcpStore::remove(const std::string& key) {
   f.op = Op::kRemove;
   f.keys = {key};
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->call("TcpStore::remove", f, quick_deadline(), detail::resolve_timeout(Millis(-1)))
-             .num != 0;
+  return impl_->call("TcpStore::remove", f, quick_deadline(), quick_timeout()).num != 0;
 }
 
 bool TcpStore::check(const std::vector<std::string>& keys) {
@@ -1171,8 +1173,7 @@ bool TcpStore::check(const std::vector<std::string>& keys) {
   f.op = Op::kCheck;
   f.keys = keys;
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->call("TcpStore::check", f, quick_deadline(), detail::resolve_timeout(Millis(-1)))
-             .num != 0;
+  return impl_->call("TcpStore::check", f, quick_deadline(), quick_timeout()).num != 0;
 }
 
 bool TcpStore::set_on_disconnect(const std::string& key, const Bytes& value) {
@@ -1183,8 +1184,7 @@ bool TcpStore::set_on_disconnect(const std::string& key, const Bytes& value) {
   f.keys = {key};
   f.values = {value};
   std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->call("TcpStore::set_on_disconnect", f, quick_deadline(),
-              detail::resolve_timeout(Millis(-1)));
+  impl_->call("TcpStore::set_on_disconnect", f, quick_deadline(), quick_timeout());
   return true;
 }
 
@@ -1194,16 +1194,14 @@ void TcpStore::cancel_on_disconnect(const std::string& key) {
   f.op = Op::kCancelOnClose;
   f.keys = {key};
   std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->call("TcpStore::cancel_on_disconnect", f, quick_deadline(),
-              detail::resolve_timeout(Millis(-1)));
+  impl_->call("TcpStore::cancel_on_disconnect", f, quick_deadline(), quick_timeout());
 }
 
 int64_t TcpStore::num_keys() {
   Frame f;
   f.op = Op::kNumKeys;
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->call("TcpStore::num_keys", f, quick_deadline(), detail::resolve_timeout(Millis(-1)))
-      .num;
+  return impl_->call("TcpStore::num_keys", f, quick_deadline(), quick_timeout()).num;
 }
 
 }  // namespace symmem
