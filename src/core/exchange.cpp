@@ -16,7 +16,7 @@
 
 #include "core/check.hpp"
 #include "core/log.hpp"
-#include "core/store.hpp"
+#include "core/store/store.hpp"
 
 namespace symmem {
 

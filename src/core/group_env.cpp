@@ -14,7 +14,7 @@
 #include <optional>
 
 #include "core/group_impl.hpp"
-#include "core/group_store.hpp"
+#include "core/store/group_store.hpp"
 #include "core/log.hpp"
 #include "core/timeout.hpp"
 #include "symmem/env.hpp"

@@ -1,11 +1,11 @@
-#include "core/group_store.hpp"
+#include "core/store/group_store.hpp"
 
 #include <algorithm>
 #include <chrono>
 
 #include "core/check.hpp"
 #include "core/group_impl.hpp"
-#include "core/store.hpp"
+#include "core/store/store.hpp"
 #include "symmem/error.hpp"
 
 namespace symmem::detail {

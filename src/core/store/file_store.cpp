@@ -26,7 +26,7 @@
 
 #include "core/check.hpp"
 #include "core/log.hpp"
-#include "core/store.hpp"
+#include "core/store/store.hpp"
 #include "symmem/store.hpp"
 
 namespace symmem {

@@ -5,7 +5,7 @@
 #include <unordered_map>
 
 #include "core/check.hpp"
-#include "core/store.hpp"
+#include "core/store/store.hpp"
 #include "symmem/store.hpp"
 
 namespace symmem {
