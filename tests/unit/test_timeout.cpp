@@ -14,6 +14,7 @@
 #include "core/timeout.hpp"
 #include "symmem/env.hpp"
 #include "symmem/group.hpp"
+#include "symmem/ops.hpp"
 #include "symmem/store.hpp"
 #include "test_util.hpp"
 
@@ -145,4 +146,20 @@ TEST(TimeoutRule, GroupRejectsZeroAndResolvesNegatives) {
   EXPECT_EQ(symmem::Group::create(store, 0, 1, o).timeout(), env::timeout());
   o.timeout = 1234ms;
   EXPECT_EQ(symmem::Group::create(store, 0, 1, o).timeout(), 1234ms);
+}
+
+// The ops take any negative as the default (before the one rule, only -1) and reject 0.
+TEST(TimeoutRule, OpsRejectZeroAndTakeAnyNegative) {
+  auto store = std::make_shared<symmem::HashStore>();
+  symmem::Group g = symmem::Group::create(store, 0, 1);
+  symmem::OpOptions o;
+  o.timeout = 0ms;
+  symmem::test::expect_error([&] { symmem::barrier(g, o); }, ErrorCode::InvalidArgument,
+                             {"timeout", "0 ms"});
+  o.timeout = Millis(-2);
+  symmem::barrier(g, o);
+  o.timeout = symmem::kDefaultTimeout;
+  symmem::barrier(g, o);
+  o.timeout = 5000ms;
+  symmem::barrier(g, o);
 }
