@@ -12,7 +12,8 @@ body = header[header.index("#define SYMMEM_ENV_SETTINGS(X)"):]
 body = body[: body.index("namespace symmem::env")]
 body = body.replace("\\\n", " ")
 entries = []
-for m in re.finditer(r'X\(((?:\s*"(?:[^"\\]|\\.)*"\s*,?)+)\)', body):
+# X(ID, "NAME", "TYPE", "DEFAULT", "ACCEPTED", "MEANING"): ID is the accessor's name, not listed.
+for m in re.finditer(r'X\(\s*\w+\s*,((?:\s*"(?:[^"\\]|\\.)*"\s*,?)+)\)', body):
     parts = re.findall(r'((?:"(?:[^"\\]|\\.)*"\s*)+)(?:,|$)', m.group(1))
     vals = ["".join(re.findall(r'"((?:[^"\\]|\\.)*)"', p)) for p in parts]
     entries.append(vals)

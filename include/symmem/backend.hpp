@@ -47,6 +47,7 @@ class SYMMEM_API BackendMemory {
   virtual void* const* ptrs_device() const { return nullptr; }
   virtual uint32_t* signal_pad(int peer) const = 0;  // device pointer on GPU backends
   virtual bool direct_access(int peer) const = 0;
+  // `timeout` is resolved by the core (>= 0; 0: do not wait), NOTE [timeouts] in store.hpp.
   virtual void barrier(int channel, Millis timeout, Stream stream) = 0;
   virtual void put_signal(int dst, int channel, Millis timeout, Stream stream) = 0;
   virtual void wait_signal(int src, int channel, Millis timeout, Stream stream) = 0;
@@ -65,7 +66,7 @@ struct RendezvousInfo {
   size_t bytes = 0;             // buffer bytes per rank (>0)
   size_t signal_pad_bytes = 0;  // pad bytes per rank
   Device device;
-  Millis timeout{0};
+  Millis timeout{0};  // resolved (> 0): the group's timeout
 };
 
 // A resolved op, after the core's validation. Pointers are in the op's device memory.
@@ -93,7 +94,7 @@ struct OpArgs {
   bool signal = false;
   int channel = 0;
   Stream stream = nullptr;
-  Millis timeout{0};
+  Millis timeout{0};  // resolved by the core (> 0), NOTE [timeouts] in store.hpp
   // Symmetric views holding send/recv when they lie in symmetric memory of the group (zero copy).
   SymmetricMemory send_sym;
   SymmetricMemory recv_sym;

@@ -5,6 +5,7 @@
 // in sync. Values are read from the environment once, on first use, and cached.
 // A bad value is an InvalidArgument error that names the variable and what it accepts.
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -13,46 +14,52 @@
 
 #include "symmem/export.hpp"
 
-// X(NAME, TYPE, DEFAULT, ACCEPTED, MEANING)
+// X(ID, NAME, TYPE, DEFAULT, ACCEPTED, MEANING)
+//   ID: the name of the generated typed accessor env::ID() and of the default env::defaults::ID
+//   (below); NAME: the variable.
 //   TYPE: enum (one of ACCEPTED, '|'-separated), list (comma-separated subset of ACCEPTED,
 //   a leading '^' inverts it), int (ACCEPTED is "min..max"), bool (0|1|true|false|yes|no|on|off),
 //   string (free text). DEFAULT "" means unset.
 #define SYMMEM_ENV_SETTINGS(X)                                                                     \
-  X("SYMMEM_DEBUG", "enum", "WARN", "WARN|INFO|TRACE", "Log level.")                               \
-  X("SYMMEM_DEBUG_SUBSYS", "list", "ALL", "INIT|ENV|STORE|IPC|ALLOC|COLL|P2P|GPU|PLUGIN|ALL",      \
+  X(debug, "SYMMEM_DEBUG", "enum", "WARN", "WARN|INFO|TRACE", "Log level.")                        \
+  X(debug_subsys, "SYMMEM_DEBUG_SUBSYS", "list", "ALL",                                            \
+    "INIT|ENV|STORE|IPC|ALLOC|COLL|P2P|GPU|PLUGIN|ALL",                                            \
     "Subsystems to log, comma-separated; a leading ^ logs all but those.")                         \
-  X("SYMMEM_DEBUG_FILE", "string", "", "",                                                         \
+  X(debug_file, "SYMMEM_DEBUG_FILE", "string", "", "",                                             \
     "Write the log to this file instead of stderr; %h expands to the host name, %p to the pid.")   \
-  X("SYMMEM_BACKEND", "enum", "auto", "auto|host|cuda|nvshmem|nccl",                               \
+  X(backend, "SYMMEM_BACKEND", "enum", "auto", "auto|host|cuda|nvshmem|nccl",                      \
     "Backend for allocations; auto picks host for CPU buffers, cuda/nvshmem/nccl for GPU ones.")   \
-  X("SYMMEM_ALGO", "enum", "auto", "auto|one_shot|two_shot",                                       \
+  X(algo, "SYMMEM_ALGO", "enum", "auto", "auto|one_shot|two_shot",                                 \
     "Forces the all-reduce algorithm; auto picks by message size and world size.")                 \
-  X("SYMMEM_TIMEOUT_MS", "int", "300000", "1..86400000",                                           \
+  X(timeout_ms, "SYMMEM_TIMEOUT_MS", "int", "300000", "1..86400000",                               \
     "Deadline in milliseconds of every blocking wait (store, rendezvous, barrier, signal).")       \
-  X("SYMMEM_SIGNAL_PAD_BYTES", "int", "8192", "64..1073741824",                                    \
+  X(signal_pad_bytes, "SYMMEM_SIGNAL_PAD_BYTES", "int", "8192", "64..1073741824",                  \
     "Bytes of the signal pad of each rank in each allocation (4-byte slots).")                     \
-  X("SYMMEM_PLUGIN_PATH", "string", "", "",                                                        \
+  X(plugin_path, "SYMMEM_PLUGIN_PATH", "string", "", "",                                           \
     "Colon-separated directories searched for backend plugins before the library's own.")          \
-  X("SYMMEM_RANK", "int", "", "0..1048575", "This process's rank (overrides launcher variables).") \
-  X("SYMMEM_WORLD_SIZE", "int", "", "1..1048576", "Number of ranks in the job.")                   \
-  X("SYMMEM_LOCAL_RANK", "int", "", "0..1048575", "This process's rank among those on its host.")  \
-  X("SYMMEM_LOCAL_WORLD_SIZE", "int", "", "1..1048576", "Number of ranks on this host.")           \
-  X("SYMMEM_STORE", "string", "", "",                                                              \
+  X(rank, "SYMMEM_RANK", "int", "", "0..1048575",                                                  \
+    "This process's rank (overrides launcher variables).")                                         \
+  X(world_size, "SYMMEM_WORLD_SIZE", "int", "", "1..1048576", "Number of ranks in the job.")       \
+  X(local_rank, "SYMMEM_LOCAL_RANK", "int", "", "0..1048575",                                      \
+    "This process's rank among those on its host.")                                                \
+  X(local_world_size, "SYMMEM_LOCAL_WORLD_SIZE", "int", "", "1..1048576",                          \
+    "Number of ranks on this host.")                                                               \
+  X(store, "SYMMEM_STORE", "string", "", "",                                                       \
     "Rendezvous store: tcp://host:port or file:///path (overrides MASTER_ADDR/MASTER_PORT).")      \
-  X("SYMMEM_STORE_TOKEN", "string", "", "",                                                        \
+  X(store_token, "SYMMEM_STORE_TOKEN", "string", "", "",                                           \
     "Shared secret a TCP store client must present first; symmem-run sets a random one.")          \
-  X("SYMMEM_STORE_BIND", "string", "", "",                                                         \
+  X(store_bind, "SYMMEM_STORE_BIND", "string", "", "",                                             \
     "Address the store hosted by rank 0 binds to; default loopback, or MASTER_ADDR if not local.") \
-  X("SYMMEM_HOST_ID", "string", "", "",                                                            \
+  X(host_id, "SYMMEM_HOST_ID", "string", "", "",                                                   \
     "Overrides the host identity used to decide which ranks share a host.")                        \
-  X("SYMMEM_SOCKET_DIR", "string", "", "",                                                         \
+  X(socket_dir, "SYMMEM_SOCKET_DIR", "string", "", "",                                             \
     "If set, IPC sockets live in a private (0700) directory created under it; unset: the "         \
     "abstract socket namespace (nothing on disk).")                                                \
-  X("SYMMEM_ALLOW_SHARED_GPU", "bool", "0", "",                                                    \
+  X(allow_shared_gpu, "SYMMEM_ALLOW_SHARED_GPU", "bool", "0", "",                                  \
     "Allow several ranks on one GPU (cuda backend); needs MPS for concurrent kernels.")            \
-  X("SYMMEM_GPU_BLOCKS_PER_SM", "int", "", "1..2",                                                 \
+  X(gpu_blocks_per_sm, "SYMMEM_GPU_BLOCKS_PER_SM", "int", "", "1..2",                              \
     "Tuning: 512-thread blocks per SM share of the GPU collectives (default: tuning.hpp).")        \
-  X("SYMMEM_GPU_LL_MAX_BYTES", "int", "", "0..67108864",                                           \
+  X(gpu_ll_max_bytes, "SYMMEM_GPU_LL_MAX_BYTES", "int", "", "0..67108864",                         \
     "Tuning: largest piece the GPU collectives send LL under algo auto (default: tuning.hpp).")
 
 namespace symmem::env {
@@ -84,5 +91,87 @@ SYMMEM_API void validate_all();
 
 // Forgets cached values so the next read consults the environment again (tests only).
 SYMMEM_API void reset_cache_for_testing();
+
+// ---- generated from SYMMEM_ENV_SETTINGS ----------------------------------------------------
+// The defaults, at compile time: env::defaults::timeout_ms.text is "300000" and
+// env::defaults::timeout_ms.as_int() is 300000. Code that needs a default (the device-side
+// kDefaultTimeoutNs, say) derives it from here, so each default is written once, in the table.
+struct Default {
+  const char* text;
+  constexpr bool empty() const { return text[0] == '\0'; }
+  // The decimal value of an int setting's default (0 when empty).
+  constexpr int64_t as_int() const {
+    const char* p = text;
+    const bool negative = *p == '-';
+    if (negative) ++p;
+    int64_t v = 0;
+    for (; *p >= '0' && *p <= '9'; ++p) v = v * 10 + (*p - '0');
+    return negative ? -v : v;
+  }
+};
+namespace defaults {
+#define SYMMEM_ENV_DEFAULT(ID, NAME, TYPE, DEFAULT, ACCEPTED, MEANING) \
+  inline constexpr Default ID{DEFAULT};
+SYMMEM_ENV_SETTINGS(SYMMEM_ENV_DEFAULT)
+#undef SYMMEM_ENV_DEFAULT
+}  // namespace defaults
+
+// Typed accessors, one per setting: env::timeout_ms() is get_int("SYMMEM_TIMEOUT_MS") with its
+// default applied, as an int64_t. The return type follows TYPE: enum/string -> std::string,
+// list -> std::vector<std::string>, bool -> bool, int with a default -> int64_t, int without
+// one -> std::optional<int64_t> (nullopt: unset).
+namespace typed {
+constexpr bool same(const char* a, const char* b) {
+  while (*a != '\0' && *a == *b) {
+    ++a;
+    ++b;
+  }
+  return *a == *b;
+}
+enum class Kind { text, list, boolean, int_with_default, optional_int };
+constexpr Kind kind_of(const char* type, const char* default_value) {
+  if (same(type, "list")) return Kind::list;
+  if (same(type, "bool")) return Kind::boolean;
+  if (same(type, "int")) {
+    return default_value[0] != '\0' ? Kind::int_with_default : Kind::optional_int;
+  }
+  return Kind::text;  // enum, string
+}
+template <Kind K>
+struct Read;
+template <>
+struct Read<Kind::text> {
+  static std::string get(std::string_view name) { return get_string(name); }
+};
+template <>
+struct Read<Kind::list> {
+  static std::vector<std::string> get(std::string_view name) { return get_list(name); }
+};
+template <>
+struct Read<Kind::boolean> {
+  static bool get(std::string_view name) { return get_bool(name); }
+};
+template <>
+struct Read<Kind::int_with_default> {
+  static int64_t get(std::string_view name) { return *get_int(name); }  // the default applies
+};
+template <>
+struct Read<Kind::optional_int> {
+  static std::optional<int64_t> get(std::string_view name) { return get_int(name); }
+};
+}  // namespace typed
+
+#define SYMMEM_ENV_ACCESSOR(ID, NAME, TYPE, DEFAULT, ACCEPTED, MEANING) \
+  inline auto ID() {                                                    \
+    return typed::Read<typed::kind_of(TYPE, DEFAULT)>::get(NAME);       \
+  }
+SYMMEM_ENV_SETTINGS(SYMMEM_ENV_ACCESSOR)
+#undef SYMMEM_ENV_ACCESSOR
+
+// SYMMEM_TIMEOUT_MS as a duration: the default of every timeout argument (NOTE [timeouts] in
+// symmem/store.hpp).
+inline std::chrono::milliseconds timeout() {
+  return std::chrono::milliseconds(timeout_ms());
+}
 
 }  // namespace symmem::env

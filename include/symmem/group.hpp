@@ -41,12 +41,13 @@ struct GroupOptions {
   int world_size = -1;
   int local_rank = -1;
   int local_world_size = -1;
-  std::string store_url;         // tcp://host:port or file:///path; empty: from the environment
-  std::shared_ptr<Store> store;  // an existing store (wins over store_url)
-  std::string token;             // TCP store token; empty: SYMMEM_STORE_TOKEN
-  Millis timeout{-1};            // -1: SYMMEM_TIMEOUT_MS
-  std::string host_id;           // identity of this rank's host; empty: SYMMEM_HOST_ID, else
-                                 // hostname + boot id (tests use it to simulate several hosts)
+  std::string store_url;            // tcp://host:port or file:///path; empty: from the environment
+  std::shared_ptr<Store> store;     // an existing store (wins over store_url)
+  std::string token;                // TCP store token; empty: SYMMEM_STORE_TOKEN
+  Millis timeout{kDefaultTimeout};  // < 0: SYMMEM_TIMEOUT_MS; 0: InvalidArgument (NOTE
+                                    // [timeouts] in store.hpp)
+  std::string host_id;              // identity of this rank's host; empty: SYMMEM_HOST_ID, else
+                                    // hostname + boot id (tests use it to simulate several hosts)
 };
 
 class SYMMEM_API Group {

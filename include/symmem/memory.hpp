@@ -61,13 +61,15 @@ class SYMMEM_API SymmetricMemory {
   bool direct_access(int peer) const;
   int global_rank(int rank) const;
 
-  // Synchronisation. channel in [0, num_channels()); timeout -1: SYMMEM_TIMEOUT_MS.
+  // Synchronisation. channel in [0, num_channels()). timeout (NOTE [timeouts] in store.hpp):
+  // kDefaultTimeout (-1, any negative): the group's timeout (GroupOptions::timeout, by default
+  // SYMMEM_TIMEOUT_MS); 0: do not wait (check once).
   // On GPU backends they are enqueued on `stream` (graph-capturable) and a device-side timeout
   // is raised as Timeout by the next synchronising call.
-  void barrier(int channel = 0, Millis timeout = Millis(-1), Stream stream = nullptr) const;
-  void put_signal(int dst, int channel = 0, Millis timeout = Millis(-1),
+  void barrier(int channel = 0, Millis timeout = kDefaultTimeout, Stream stream = nullptr) const;
+  void put_signal(int dst, int channel = 0, Millis timeout = kDefaultTimeout,
                   Stream stream = nullptr) const;
-  void wait_signal(int src, int channel = 0, Millis timeout = Millis(-1),
+  void wait_signal(int src, int channel = 0, Millis timeout = kDefaultTimeout,
                    Stream stream = nullptr) const;
 
   // The trivially-copyable handle for kernels (GPU backends).

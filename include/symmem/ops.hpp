@@ -29,9 +29,10 @@ namespace symmem {
 
 struct OpOptions {
   Stream stream = nullptr;
-  Algo algo = Algo::automatic;   // all_reduce only; SYMMEM_ALGO overrides `automatic`
-  Millis timeout{-1};            // -1: SYMMEM_TIMEOUT_MS
-  std::optional<Device> device;  // see above
+  Algo algo = Algo::automatic;      // all_reduce only; SYMMEM_ALGO overrides `automatic`
+  Millis timeout{kDefaultTimeout};  // NOTE [timeouts] in store.hpp: < 0 SYMMEM_TIMEOUT_MS,
+                                    // 0 InvalidArgument (an op needs its peers)
+  std::optional<Device> device;     // see above
 };
 
 // ---- all-reduce --------------------------------------------------------------------------

@@ -24,6 +24,21 @@ namespace symmem {
 using Bytes = std::vector<uint8_t>;
 using Millis = std::chrono::milliseconds;
 
+// NOTE [timeouts]: every Millis timeout symmem takes (Store, Group, SymmetricMemory, ops)
+// follows one rule.
+//   > 0  wait at most this long (anything above ten years counts as ten years).
+//   0    do not wait: the call checks once and throws Timeout if what it waits for is not
+//        there yet (Store::get/wait/multi_get, SymmetricMemory::barrier/put_signal/
+//        wait_signal). Calls that cannot finish without waiting for their peers, and so could
+//        only fail, reject 0 with InvalidArgument: GroupOptions::timeout and the ops of ops.hpp.
+//   < 0  the default. Spell it kDefaultTimeout (-1); every other negative value means the same.
+//        The default is the group's timeout (GroupOptions::timeout) for a SymmetricMemory's
+//        barrier/put_signal/wait_signal, and SYMMEM_TIMEOUT_MS (env::timeout(); its default is
+//        declared in symmem/env.hpp) everywhere else.
+// The library resolves a timeout once, where the call enters it; backends and kernels receive
+// the resolved value (>= 0).
+inline constexpr Millis kDefaultTimeout{-1};
+
 SYMMEM_API Bytes to_bytes(std::string_view s);
 SYMMEM_API std::string to_string(const Bytes& b);
 
@@ -67,7 +82,7 @@ class SYMMEM_API Store {
   // Connects to "tcp://host:port" or opens "file:///path". `token` is presented to TCP servers
   // (empty: SYMMEM_STORE_TOKEN). Retries a refused TCP connection until `timeout`.
   static std::shared_ptr<Store> connect(const std::string& url, const std::string& token = "",
-                                        Millis timeout = Millis(-1));
+                                        Millis timeout = kDefaultTimeout);
 };
 
 // In-process store (tests, single-process groups).

@@ -148,7 +148,7 @@ void check_type(const SettingInfo& s, std::string_view type) {
 }  // namespace
 
 const std::vector<SettingInfo>& settings() {
-#define SYMMEM_ENV_ENTRY(NAME, TYPE, DEFAULT, ACCEPTED, MEANING) \
+#define SYMMEM_ENV_ENTRY(ID, NAME, TYPE, DEFAULT, ACCEPTED, MEANING) \
   SettingInfo{NAME, TYPE, DEFAULT, ACCEPTED, MEANING},
   static const auto* all =
       new std::vector<SettingInfo>{SYMMEM_ENV_SETTINGS(SYMMEM_ENV_ENTRY)};  // immortal (above)

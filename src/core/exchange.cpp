@@ -16,7 +16,7 @@
 
 #include "core/check.hpp"
 #include "core/log.hpp"
-#include "core/store.hpp"
+#include "core/store/store.hpp"
 
 namespace symmem {
 
@@ -74,7 +74,7 @@ std::vector<Bytes> StoreExchange::await(const std::vector<std::string>& keys,
     return {};
   }
   constexpr Millis kSlice(200);
-  const auto deadline = detail::deadline_after(timeout_);
+  const auto deadline = detail::deadline_for(timeout_);
   for (;;) {
     auto left = std::chrono::duration_cast<Millis>(deadline - detail::Clock::now());
     if (left.count() < 0) left = Millis(0);

@@ -15,6 +15,7 @@
 #include "core/check.hpp"
 #include "core/group_impl.hpp"
 #include "core/log.hpp"
+#include "core/timeout.hpp"
 #include "symmem/env.hpp"
 #include "symmem/error.hpp"
 
@@ -67,15 +68,6 @@ uint64_t fnv1a(const std::string& s) {
     h *= 1099511628211ull;
   }
   return h;
-}
-
-Millis resolve_timeout(Millis t, int rank) {
-  if (t.count() < 0) return Millis(env::get_int_or("SYMMEM_TIMEOUT_MS", 300000));
-  if (t.count() == 0) {
-    throw_invalid_argument("Group::create", rank, "options.timeout",
-                           "is 0 ms; give a positive deadline or -1 for SYMMEM_TIMEOUT_MS");
-  }
-  return t;
 }
 
 void derive_local(Group::Impl& g) {
@@ -197,7 +189,7 @@ std::string job_abort_reason(Store& store) noexcept {
 
 std::string host_identity(const std::string& override_id) {
   if (!override_id.empty()) return override_id;
-  std::string env_id = env::get_string("SYMMEM_HOST_ID");
+  std::string env_id = env::host_id();
   if (!env_id.empty()) return env_id;
   char host[256] = {0};
   if (gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "unknown-host");
@@ -231,7 +223,12 @@ std::shared_ptr<Group::Impl> make_root_group(std::shared_ptr<Store> store, int r
   g->store = store;
   g->rank = rank;
   g->world_size = world_size;
-  g->timeout = resolve_timeout(options.timeout, rank);
+  // NOTE [timeouts] (symmem/store.hpp): joining needs the peers, so 0 could only fail.
+  if (options.timeout.count() == 0) {
+    throw_invalid_argument("Group::create", rank, "options.timeout",
+                           "is 0 ms; give a positive deadline or -1 for SYMMEM_TIMEOUT_MS");
+  }
+  g->timeout = detail::resolve_timeout(options.timeout);
   g->name = next_root_name(*store, rank);
   g->global_ranks.resize(world_size);
   for (int r = 0; r < world_size; ++r) g->global_ranks[r] = r;

@@ -14,8 +14,9 @@
 #include <optional>
 
 #include "core/group_impl.hpp"
-#include "core/group_store.hpp"
 #include "core/log.hpp"
+#include "core/store/group_store.hpp"
+#include "core/timeout.hpp"
 #include "symmem/env.hpp"
 #include "symmem/error.hpp"
 
@@ -200,7 +201,7 @@ LaunchSettings resolve_launch(const GroupOptions& o) {
   std::vector<std::string> missing;
   std::optional<std::string> master_addr = getenv_nonempty("MASTER_ADDR");
   std::optional<std::string> master_port_raw = getenv_nonempty("MASTER_PORT");
-  std::string symmem_store = env::get_string("SYMMEM_STORE");
+  std::string symmem_store = env::store();
   if (!symmem_store.empty()) found.push_back("SYMMEM_STORE=" + symmem_store);
   if (o.store) {
     // An existing store object wins over everything.
@@ -305,10 +306,8 @@ Group Group::from_env(const GroupOptions& options) {
   o.world_size = s.world_size;
   o.local_rank = s.local_rank;
   o.local_world_size = s.local_world_size;
-  Millis timeout = options.timeout.count() < 0
-                       ? Millis(env::get_int_or("SYMMEM_TIMEOUT_MS", 300000))
-                       : options.timeout;
-  std::string token = options.token.empty() ? env::get_string("SYMMEM_STORE_TOKEN") : options.token;
+  Millis timeout = detail::resolve_timeout(options.timeout);
+  std::string token = options.token.empty() ? env::store_token() : options.token;
 
   std::shared_ptr<Store> store = options.store;
   std::shared_ptr<TcpStoreServer> server;
@@ -317,7 +316,7 @@ Group Group::from_env(const GroupOptions& options) {
     store = Store::connect(s.store_url, token, timeout);
   } else if (!store && !s.master_addr.empty()) {
     if (s.rank == 0) {
-      std::string bind = env::get_string("SYMMEM_STORE_BIND");
+      std::string bind = env::store_bind();
       if (bind.empty()) bind = is_loopback(s.master_addr) ? "127.0.0.1" : s.master_addr;
       try {
         server = hosted_server(bind, static_cast<uint16_t>(s.store_port), token);

@@ -229,7 +229,7 @@ IpcChannel::IpcChannel(int rank) : impl_(std::make_unique<Impl>()) {
   const char* op = "IpcChannel";
   impl_->rank = rank;
   impl_->owner_pid = ::getpid();
-  std::string parent = env::get_string("SYMMEM_SOCKET_DIR");
+  std::string parent = env::socket_dir();
   std::string id = "symmem-" + std::to_string(::geteuid()) + "-" + random_hex(16);
   if (parent.empty()) {
     impl_->address = "@" + id;

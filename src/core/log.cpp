@@ -57,7 +57,7 @@ LogConfig& config() {
   gethostname(host, sizeof(host) - 1);
   c->host = host;
   try {
-    std::string lvl = env::get_string("SYMMEM_DEBUG");
+    std::string lvl = env::debug();
     for (int i = 0; i < 3; ++i) {
       if (lvl == kLevelNames[i]) c->level = i;
     }
@@ -66,7 +66,7 @@ LogConfig& config() {
   }
   try {
     c->mask = 0;
-    for (const auto& name : env::get_list("SYMMEM_DEBUG_SUBSYS")) {
+    for (const auto& name : env::debug_subsys()) {
       for (size_t i = 0; i < kSubsysNames.size(); ++i) {
         if (name == kSubsysNames[i]) c->mask |= 1u << i;
       }
@@ -75,7 +75,7 @@ LogConfig& config() {
     c->mask = ~0u;
   }
   try {
-    std::string path = env::get_string("SYMMEM_DEBUG_FILE");
+    std::string path = env::debug_file();
     if (!path.empty()) {
       FILE* f = std::fopen(expand_path(path, c->host).c_str(), "a");
       if (f != nullptr) {

@@ -26,6 +26,7 @@
 #include "core/memory_impl.hpp"
 #include "core/memory_registry.hpp"
 #include "core/registry.hpp"
+#include "core/timeout.hpp"
 #include "core/workspace.hpp"
 #include "symmem/backend.hpp"
 #include "symmem/env.hpp"
@@ -143,7 +144,7 @@ std::string selected_backend(std::string* source) {
   auto& s = selection();
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.name.empty()) {
-    s.name = env::get_string("SYMMEM_BACKEND");
+    s.name = env::backend();
     if (s.name.empty()) s.name = "auto";
     s.source = "SYMMEM_BACKEND";
   }
@@ -209,10 +210,6 @@ void check_channel(const detail::Allocation& a, std::string_view op, int channel
   }
 }
 
-Millis resolve_timeout(const detail::Allocation& a, Millis t) {
-  return t.count() < 0 ? a.timeout : t;
-}
-
 // ---- the agreement record -----------------------------------------------------------------
 
 struct AllocRecord {
@@ -274,7 +271,7 @@ SymmetricMemory allocate_impl(const Group& group, size_t bytes, Device device,
     size_t pad = options.signal_pad_bytes;
     std::string pad_arg = "options.signal_pad_bytes";
     if (pad == 0) {
-      pad = static_cast<size_t>(env::get_int_or("SYMMEM_SIGNAL_PAD_BYTES", 8192));
+      pad = static_cast<size_t>(env::signal_pad_bytes());
       pad_arg = "SYMMEM_SIGNAL_PAD_BYTES";
     }
     mine.pad_bytes = pad;
@@ -394,8 +391,7 @@ SymmetricMemory allocate_impl(const Group& group, size_t bytes, Device device,
   info.bytes = bytes;
   info.signal_pad_bytes = mine.pad_bytes;
   info.device = device;
-  info.timeout = group.timeout().count() > 0 ? group.timeout()
-                                             : Millis(env::get_int_or("SYMMEM_TIMEOUT_MS", 300000));
+  info.timeout = group.timeout();  // resolved (> 0) by Group::create
 
   auto a = std::make_shared<detail::Allocation>();
   a->backend = backend;
@@ -537,21 +533,21 @@ int SymmetricMemory::global_rank(int rank) const {
 void SymmetricMemory::barrier(int channel, Millis timeout, Stream stream) const {
   const auto& a = usable(impl_, "barrier");
   check_channel(a, "barrier", channel);
-  a.mem->barrier(channel, resolve_timeout(a, timeout), stream);
+  a.mem->barrier(channel, detail::resolve_timeout(timeout, a.timeout), stream);
 }
 
 void SymmetricMemory::put_signal(int dst, int channel, Millis timeout, Stream stream) const {
   const auto& a = usable(impl_, "put_signal");
   check_peer(a, "put_signal", "dst", dst);
   check_channel(a, "put_signal", channel);
-  a.mem->put_signal(dst, channel, resolve_timeout(a, timeout), stream);
+  a.mem->put_signal(dst, channel, detail::resolve_timeout(timeout, a.timeout), stream);
 }
 
 void SymmetricMemory::wait_signal(int src, int channel, Millis timeout, Stream stream) const {
   const auto& a = usable(impl_, "wait_signal");
   check_peer(a, "wait_signal", "src", src);
   check_channel(a, "wait_signal", channel);
-  a.mem->wait_signal(src, channel, resolve_timeout(a, timeout), stream);
+  a.mem->wait_signal(src, channel, detail::resolve_timeout(timeout, a.timeout), stream);
 }
 
 DeviceHandle SymmetricMemory::device_handle() const {
@@ -614,7 +610,7 @@ void select_backend(const std::string& name) {
   auto& s = selection();
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.name.empty()) {
-    s.name = env::get_string("SYMMEM_BACKEND");
+    s.name = env::backend();
     if (s.name.empty()) s.name = "auto";
   }
   if (s.allocations > 0 && name != s.name) {

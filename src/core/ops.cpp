@@ -29,6 +29,7 @@
 #include "core/memory_registry.hpp"
 #include "core/pad_sync.hpp"
 #include "core/registry.hpp"
+#include "core/timeout.hpp"
 #include "core/workspace.hpp"
 #include "symmem/backend.hpp"
 #include "symmem/env.hpp"
@@ -76,12 +77,12 @@ bool known_algo(Algo a) {
   return static_cast<unsigned>(a) <= static_cast<unsigned>(Algo::two_shot);
 }
 
-Millis resolve_timeout(const char* op, int rank, Millis t) {
-  if (t.count() == -1) return Millis(env::get_int_or("SYMMEM_TIMEOUT_MS", 300000));
-  if (t.count() <= 0)
-    fail_arg(op, rank, "timeout",
-             "is " + std::to_string(t.count()) + " ms; use > 0, or -1 for SYMMEM_TIMEOUT_MS");
-  return t;
+// NOTE [timeouts] (symmem/store.hpp): an op needs its peers, so 0 ("do not wait") could only
+// fail and is rejected; the rest is the one rule.
+Millis op_timeout(const char* op, int rank, Millis t) {
+  if (t.count() == 0)
+    fail_arg(op, rank, "timeout", "is 0 ms; use > 0, or -1 for SYMMEM_TIMEOUT_MS");
+  return detail::resolve_timeout(t);
 }
 
 // What the core knows about one buffer argument.
@@ -434,7 +435,7 @@ void run_collective(Call& c, const OpOptions& o, Check&& check) {
     throw_invalid_argument(c.op, -1, "group", "is not a valid group (default-constructed?)");
   c.rank = c.group->rank();
   c.world = c.group->world_size();
-  c.timeout = Millis(env::get_int_or("SYMMEM_TIMEOUT_MS", 300000));  // until checked below
+  c.timeout = detail::resolve_timeout(kDefaultTimeout);  // until checked below
   // Preliminary device (the checks need to know whether counts live in device memory).
   if (o.device) {
     c.device = *o.device;
@@ -444,7 +445,7 @@ void run_collective(Call& c, const OpOptions& o, Check&& check) {
   }
   LocalError err;
   try {
-    c.timeout = resolve_timeout(c.op, c.rank, o.timeout);
+    c.timeout = op_timeout(c.op, c.rank, o.timeout);
     if (!known_dtype(c.dtype))
       fail_arg(c.op, c.rank, "dtype",
                "has unknown value " + std::to_string(static_cast<int>(c.dtype)));
@@ -461,7 +462,7 @@ void run_collective(Call& c, const OpOptions& o, Check&& check) {
     throw Error(err.code, err.message);
   }
   if (c.kind == OpKind::all_reduce && c.algo == Algo::automatic) {
-    std::string forced = env::get_string("SYMMEM_ALGO");
+    std::string forced = env::algo();
     if (forced != "auto") c.algo = parse_algo(forced, "SYMMEM_ALGO");
   }
   OpArgs args = make_args(c, o);
@@ -709,11 +710,12 @@ void one_sided(OpKind kind, const SymmetricMemory& target, size_t offset, const 
                            "= " + std::to_string(o.channel) + " is out of range [0, " +
                                std::to_string(target.num_channels()) + ") of " + describe(target));
   }
-  Millis timeout = o.timeout;
-  if (timeout.count() == -1) timeout = Millis(env::get_int_or("SYMMEM_TIMEOUT_MS", 300000));
-  if (timeout.count() <= 0)
-    throw_invalid_argument(op, rank, "timeout",
-                           "is " + std::to_string(o.timeout.count()) + " ms; use > 0 or -1");
+  Millis timeout{0};
+  try {
+    timeout = op_timeout(op, rank, o.timeout);
+  } catch (const ArgFailure& f) {
+    throw f.error;
+  }
   // A peer without direct (load/store) access is the backend's call: nvshmem reaches it with
   // device-initiated transfers, the peer-pointer backends answer Unsupported naming the peer.
   auto backend = get_backend(target.backend());
@@ -766,7 +768,7 @@ void barrier(const Group& group, const OpOptions& options) {
   c.rank = group.rank();
   c.world = group.world_size();
   try {
-    c.timeout = resolve_timeout(c.op, c.rank, options.timeout);
+    c.timeout = op_timeout(c.op, c.rank, options.timeout);
     resolve_backend_for(c, options.device);
   } catch (const ArgFailure& f) {
     throw f.error;

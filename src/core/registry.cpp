@@ -90,7 +90,7 @@ std::string library_dir() {
 
 std::vector<std::string> plugin_dirs() {
   std::vector<std::string> dirs;
-  std::string p = env::get_string("SYMMEM_PLUGIN_PATH");
+  std::string p = env::plugin_path();
   size_t start = 0;
   while (start <= p.size()) {
     size_t end = p.find(':', start);

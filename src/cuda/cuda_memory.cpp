@@ -147,7 +147,7 @@ int find_device_by_uuid(const Driver& cu, const unsigned char* uuid) {
 std::shared_ptr<CudaMemory> CudaMemory::create(const Group& group, const RendezvousInfo& info) {
   const int rank = group.rank();
   const int world = group.world_size();
-  const Millis timeout = resolve_timeout(info.timeout.count() > 0 ? info.timeout : Millis(-1));
+  const Millis timeout = info.timeout;  // resolved by the core (the group's timeout, > 0)
   StoreExchange ex(group.store(), group.name() + "/cuda/a" + std::to_string(info.alloc_id), rank,
                    world, timeout);
   std::shared_ptr<CudaMemory> m(new CudaMemory());
@@ -168,7 +168,7 @@ std::shared_ptr<CudaMemory> CudaMemory::create(const Group& group, const Rendezv
   std::optional<DeviceGuard> guard;
   auto local = capture([&] {
     cu = &driver();
-    mine.allow_shared = env::get_bool("SYMMEM_ALLOW_SHARED_GPU") ? 1 : 0;
+    mine.allow_shared = env::allow_shared_gpu() ? 1 : 0;
     int count = 0;
     SYMMEM_CUDART_CHECK(kOp, rank, cudaGetDeviceCount(&count));
     SYMMEM_CHECK_ARG(kOp, rank,

@@ -42,6 +42,7 @@
 #include "core/check.hpp"
 #include "cuda/kernels/kernels.hpp"
 #include "cuda/kernels/tuning.hpp"
+#include "cuda/timeout_record.hpp"
 #include "symmem/env.hpp"
 #include "symmem/error.hpp"
 
@@ -212,9 +213,7 @@ Call make_call(const OpArgs& a) {
          false};
   const bool typed = a.kind != OpKind::put && a.kind != OpKind::get && a.kind != OpKind::barrier;
   if (typed) c.es = symmem::dtype_size(a.dtype);
-  int64_t ms = a.timeout.count();
-  if (ms <= 0) ms = symmem::env::get_int_or("SYMMEM_TIMEOUT_MS", 300000);
-  c.timeout_ns = static_cast<uint64_t>(ms) * 1000000ull;
+  c.timeout_ns = symmem::cuda::timeout_to_ns(a.timeout);  // resolved by the core, never 0
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   SYMMEM_GK_CHECK(c, cudaStreamIsCapturing(c.stream, &status));
   c.capturing = status != cudaStreamCaptureStatusNone;
@@ -224,7 +223,7 @@ Call make_call(const OpArgs& a) {
   const int local = std::max(1, a.group->local_world_size());
   const int per_gpu = std::max(1, (local + devices - 1) / devices);
   static const int per_sm =
-      static_cast<int>(symmem::env::get_int_or("SYMMEM_GPU_BLOCKS_PER_SM", K::kBlocksPerSm));
+      static_cast<int>(symmem::env::gpu_blocks_per_sm().value_or(K::kBlocksPerSm));
   c.max_blocks = std::clamp(sms * per_sm / per_gpu, 1, K::kMaxBlocks);
   return c;
 }
@@ -363,7 +362,7 @@ K::KType ktype(const Call& c) {
 }
 
 size_t ll_threshold(int world) {
-  static const int64_t forced = symmem::env::get_int_or("SYMMEM_GPU_LL_MAX_BYTES", -1);
+  static const int64_t forced = symmem::env::gpu_ll_max_bytes().value_or(-1);
   if (forced >= 0) return static_cast<size_t>(forced);
   for (const auto& t : K::kLLThresholds) {
     if (t.world == world) return t.ll_max_bytes;

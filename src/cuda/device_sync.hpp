@@ -7,8 +7,8 @@
 // run_device_sync() is the whole host-side recipe (NOTE [timeout record]):
 //   1. raise a timeout recorded by an earlier asynchronous call;
 //   2. check channel and peer (InvalidArgument naming the argument);
-//   3. launch with DeviceHandle::timeout_ns from `timeout` (-1: SYMMEM_TIMEOUT_MS) and the
-//      process's timeout record;
+//   3. launch with DeviceHandle::timeout_ns from `timeout` (resolved by the core, NOTE
+//      [timeouts] in symmem/store.hpp) and the process's timeout record;
 //   4. on the null stream: synchronise it and raise a timeout of this call at once.
 
 #include <cuda_runtime_api.h>

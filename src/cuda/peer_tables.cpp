@@ -102,7 +102,7 @@ DeviceHandle PeerTables::handle(size_t offset, size_t length, size_t pad_bytes) 
   h.buffers = offset == 0 ? buffers_device() : view_buffers_device(offset);
   h.signal_pads = pads_device();
   h.timeout_record = timeout_record();
-  h.timeout_ns = timeout_to_ns(Millis(-1));
+  h.timeout_ns = timeout_to_ns(kDefaultTimeout);  // SYMMEM_TIMEOUT_MS
   return h;
 }
 

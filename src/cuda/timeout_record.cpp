@@ -6,9 +6,9 @@
 #include <mutex>
 #include <sstream>
 
+#include "core/timeout.hpp"
 #include "cuda/cuda_check.hpp"
 #include "symmem/device_handle.hpp"
-#include "symmem/env.hpp"
 
 namespace symmem::cuda {
 namespace {
@@ -65,13 +65,9 @@ void raise_device_timeout(std::string_view op, int rank) {
   throw_error(ErrorCode::Timeout, op, rank, os.str());
 }
 
-Millis resolve_timeout(Millis timeout) {
-  if (timeout.count() >= 0) return timeout;
-  return Millis(env::get_int_or("SYMMEM_TIMEOUT_MS", 300000));
-}
-
 uint64_t timeout_to_ns(Millis timeout) {
-  const int64_t ms = resolve_timeout(timeout).count();
+  // resolve_timeout clamps to kMaxTimeout (ten years), far below 2^64 ns.
+  const int64_t ms = detail::resolve_timeout(timeout).count();
   return ms <= 0 ? 1 : static_cast<uint64_t>(ms) * 1000000ull;
 }
 

@@ -33,8 +33,10 @@ bool device_timeout_pending() noexcept;
 // Throws Timeout (and clears the record) when one is pending; `op`/`rank` start the message.
 void raise_device_timeout(std::string_view op, int rank);
 
-// A timeout argument (-1: SYMMEM_TIMEOUT_MS) in nanoseconds for DeviceHandle::timeout_ns.
+// A resolved timeout (NOTE [timeouts] in symmem/store.hpp: the core resolves every user's
+// timeout before a backend sees it) in nanoseconds for DeviceHandle::timeout_ns and the
+// kernels' SyncArgs::timeout_ns. Never 0, so the kernels need no default of their own: 0 ms
+// ("do not wait") becomes 1 ns. An unresolved (negative) value is resolved by the same rule.
 uint64_t timeout_to_ns(Millis timeout);
-Millis resolve_timeout(Millis timeout);
 
 }  // namespace symmem::cuda

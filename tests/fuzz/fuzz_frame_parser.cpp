@@ -1,4 +1,4 @@
-// libFuzzer target for the TcpStore frame parser (src/core/tcp_protocol.cpp).
+// libFuzzer target for the TcpStore frame parser (src/core/store/tcp_protocol.cpp).
 // Properties checked on every input, in both directions and with both body limits:
 //   - parse_frame never crashes, never reads out of bounds (ASan), never hits UB (UBSan);
 //   - a parsed frame consumed no more than the input, and re-encodes to exactly those bytes;
@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/tcp_protocol.hpp"
+#include "core/store/tcp_protocol.hpp"
 
 using namespace symmem::tcp;
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the seed corpus of the frame-parser fuzz target (tests/fuzz/corpus/frame/).
-Frames follow the layout documented in src/core/tcp_protocol.hpp."""
+Frames follow the layout documented in src/core/store/tcp_protocol.hpp."""
 import os, struct, sys
 
 def frame(op, keys=(), values=(), num=0, fid=1, version=1):

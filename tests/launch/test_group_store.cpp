@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "core/group_impl.hpp"
-#include "core/group_store.hpp"
+#include "core/store/group_store.hpp"
 #include "symmem/error.hpp"
 #include "test_util.hpp"
 

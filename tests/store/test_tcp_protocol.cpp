@@ -2,7 +2,7 @@
 
 #include <random>
 
-#include "core/tcp_protocol.hpp"
+#include "core/store/tcp_protocol.hpp"
 #include "test_util.hpp"
 
 namespace symmem::test {

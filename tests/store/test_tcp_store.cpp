@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "core/exchange.hpp"
-#include "core/tcp_protocol.hpp"
+#include "core/store/tcp_protocol.hpp"
 #include "raw_socket.hpp"
 #include "symmem/env.hpp"
 #include "test_util.hpp"

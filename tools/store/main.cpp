@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (!token_given) token = symmem::env::get_string("SYMMEM_STORE_TOKEN");
+    if (!token_given) token = symmem::env::store_token();
     auto server = symmem::TcpStoreServer::start(host, port, token);
     std::printf("symmem-store: listening on %s:%u%s\n", server->host().c_str(), server->port(),
                 token.empty() ? " (no token: any local process can connect)" : "");

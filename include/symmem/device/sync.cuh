@@ -61,12 +61,16 @@
 
 #include "symmem/device/primitives.cuh"
 #include "symmem/device_handle.hpp"
+#include "symmem/env.hpp"
 
 namespace symmem::device {
 
 enum class Status : int { ok = 0, timeout = 1 };
 
-inline constexpr uint64_t kDefaultTimeoutNs = 300ull * 1000 * 1000 * 1000;  // 300 s
+// For handles whose timeout_ns is 0 (one built by hand): SYMMEM_TIMEOUT_MS's declared default.
+// Handles from SymmetricMemory::device_handle() always carry a resolved, nonzero timeout_ns.
+inline constexpr uint64_t kDefaultTimeoutNs =
+    static_cast<uint64_t>(env::defaults::timeout_ms.as_int()) * 1000000ull;
 inline constexpr int kTimeoutRecordInts = 4;  // [flag, rank, channel, peer]
 
 // A point in %globaltimer time after which waits give up.

@@ -92,8 +92,9 @@ SYMMEM_KDEV void record_timeout(const SyncArgs& s, int channel, int peer_rank) {
   }
 }
 
+// timeout_ns is resolved on the host (timeout_to_ns: never 0), so there is no default here.
 SYMMEM_KDEV uint64_t deadline_after(uint64_t timeout_ns) {
-  return gtimer_ns() + (timeout_ns != 0 ? timeout_ns : 300ull * 1000 * 1000 * 1000);
+  return gtimer_ns() + timeout_ns;
 }
 
 // ---- epochs and block barriers ---------------------------------------------------------------

@@ -80,7 +80,7 @@ struct SyncArgs {
   PeerPtrs ctrl;  // every rank's workspace base (its control region)
   int rank = 0;
   int world = 1;
-  uint64_t timeout_ns = 0;
+  uint64_t timeout_ns = 0;  // resolved by the host (cuda::timeout_to_ns), never 0 at a launch
   int32_t* timeout_record = nullptr;  // DeviceHandle::timeout_record layout, may be null
   int32_t* error_record = nullptr;    // op error record (below), host-mapped, may be null
   // Zero-copy descriptor {send alloc id, send offset, recv alloc id, recv offset} (-1: staged).

@@ -1,4 +1,4 @@
-#include "core/tcp_protocol.hpp"
+#include "core/store/tcp_protocol.hpp"
 
 #include <algorithm>
 #include <cstring>

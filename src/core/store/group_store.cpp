@@ -1,11 +1,11 @@
-#include "core/group_store.hpp"
+#include "core/store/group_store.hpp"
 
 #include <algorithm>
 #include <chrono>
 
 #include "core/check.hpp"
 #include "core/group_impl.hpp"
-#include "core/store.hpp"
+#include "core/store/store.hpp"
 #include "symmem/error.hpp"
 
 namespace symmem::detail {
@@ -20,7 +20,7 @@ AbortAwareStore::~AbortAwareStore() = default;
 void AbortAwareStore::wait_sliced(const char* op, const std::vector<std::string>& keys,
                                   Millis timeout) {
   timeout = resolve_timeout(timeout);
-  const auto deadline = deadline_after(timeout);
+  const auto deadline = deadline_for(timeout);
   // Waiting on many keys costs more per slice: slice longer.
   const Millis slice = keys.size() > 64 ? std::max(slice_, Millis(1000)) : slice_;
   for (;;) {

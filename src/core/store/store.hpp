@@ -1,7 +1,7 @@
 #pragma once
 
 // Internal helpers shared by the store implementations (HashStore, FileStore, TcpStore and the
-// TCP server): argument checks against the documented limits, deadlines, and the Timeout error
+// TCP server): argument checks against the documented limits, and the Timeout error
 // that names the missing keys.
 
 #include <chrono>
@@ -10,17 +10,13 @@
 #include <string_view>
 #include <vector>
 
+#include "core/timeout.hpp"
 #include "symmem/export.hpp"
 #include "symmem/store.hpp"
 
 namespace symmem::detail {
 
-using Clock = std::chrono::steady_clock;
-
-// A negative timeout means "use SYMMEM_TIMEOUT_MS".
-SYMMEM_API Millis resolve_timeout(Millis timeout);
-// now + timeout, clamped so that huge timeouts do not overflow.
-SYMMEM_API Clock::time_point deadline_after(Millis timeout);
+// Timeouts and deadlines: resolve_timeout() and deadline_for() in core/timeout.hpp.
 
 // InvalidArgument unless 1 <= key.size() <= kStoreMaxKeyBytes.
 SYMMEM_API void check_key(std::string_view op, const std::string& key);

@@ -1,4 +1,4 @@
-#include "core/store.hpp"
+#include "core/store/store.hpp"
 
 #include <charconv>
 #include <memory>
@@ -26,22 +26,6 @@ bool Store::set_on_disconnect(const std::string&, const Bytes&) {
 void Store::cancel_on_disconnect(const std::string&) {}
 
 namespace detail {
-
-namespace {
-// Ten years is "forever" for a rendezvous and keeps steady_clock arithmetic far from overflow.
-constexpr Millis kMaxTimeout = std::chrono::hours(24 * 365 * 10);
-}  // namespace
-
-Millis resolve_timeout(Millis timeout) {
-  if (timeout.count() < 0) timeout = Millis(env::get_int_or("SYMMEM_TIMEOUT_MS", 300000));
-  return std::min(timeout, kMaxTimeout);
-}
-
-Clock::time_point deadline_after(Millis timeout) {
-  if (timeout.count() < 0) timeout = Millis(0);
-  if (timeout > kMaxTimeout) timeout = kMaxTimeout;
-  return Clock::now() + timeout;
-}
 
 void check_key(std::string_view op, const std::string& key) {
   SYMMEM_CHECK_ARG(op, -1, !key.empty(), "key", "is empty");
@@ -151,7 +135,7 @@ std::shared_ptr<Store> Store::connect(const std::string& url, const std::string&
                    !host.empty() && ec == std::errc() && ptr == port_str.data() + port_str.size() &&
                        port >= 1 && port <= 65535,
                    "url", "= '" << url << "' needs a host and a port in 1..65535");
-  std::string tok = token.empty() ? env::get_string("SYMMEM_STORE_TOKEN") : token;
+  std::string tok = token.empty() ? env::store_token() : token;
   return std::make_shared<TcpStore>(host, static_cast<uint16_t>(port), tok,
                                     detail::resolve_timeout(timeout));
 }

@@ -26,7 +26,7 @@
 
 #include "core/check.hpp"
 #include "core/log.hpp"
-#include "core/store.hpp"
+#include "core/store/store.hpp"
 #include "symmem/store.hpp"
 
 namespace symmem {
@@ -196,7 +196,7 @@ struct FileStore::Impl {
   std::vector<Bytes> wait_read(std::string_view op, const std::vector<std::string>& keys,
                                Millis timeout) const {
     timeout = detail::resolve_timeout(timeout);
-    const auto deadline = detail::deadline_after(timeout);
+    const auto deadline = detail::deadline_for(timeout);
     std::vector<Bytes> out(keys.size());
     std::vector<bool> have(keys.size(), false);
     Millis pause(1);
@@ -262,7 +262,7 @@ Bytes FileStore::get(const std::string& key, Millis timeout) {
 void FileStore::wait(const std::vector<std::string>& keys, Millis timeout) {
   detail::check_keys("FileStore::wait", keys);
   timeout = detail::resolve_timeout(timeout);
-  const auto deadline = detail::deadline_after(timeout);
+  const auto deadline = detail::deadline_for(timeout);
   Millis pause(1);
   for (;;) {
     std::vector<std::string> missing;

@@ -5,7 +5,7 @@
 #include <unordered_map>
 
 #include "core/check.hpp"
-#include "core/store.hpp"
+#include "core/store/store.hpp"
 #include "symmem/store.hpp"
 
 namespace symmem {
@@ -28,7 +28,7 @@ struct HashStore::Impl {
   void wait_locked(std::unique_lock<std::mutex>& lock, std::string_view op,
                    const std::vector<std::string>& keys, Millis timeout) {
     timeout = detail::resolve_timeout(timeout);
-    auto deadline = detail::deadline_after(timeout);
+    auto deadline = detail::deadline_for(timeout);
     auto all_present = [&] {
       for (const auto& k : keys) {
         if (map.find(k) == map.end()) return false;
