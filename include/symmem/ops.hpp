@@ -14,7 +14,8 @@
 // Unsupported and names the backends that have it. Results are bitwise identical on every
 // rank (fixed reduction order, independent of rank). f16/bf16 accumulate in f32.
 // Which device: OpOptions::device if set; else the device of a symmetric allocation holding
-// `send` or `recv`; else the device of the group's most recent allocation; else the CPU.
+// `send` or `recv`; else the device of the group's most recent allocation (workspaces aside;
+// so a raw cudaMalloc pointer needs no device once the group has GPU memory); else the CPU.
 
 #include <cstddef>
 #include <cstdint>

@@ -2,6 +2,7 @@
 
 // Internal state behind symmem::Group handles, and the helpers group.cpp and group_env.cpp share.
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -35,6 +36,9 @@ struct Group::Impl {
   std::unique_ptr<StoreExchange> barrier_x;  // split() rendezvous + store_barrier(); "<name>/b"
   std::mutex split_mutex;                    // guards split_calls
   std::map<std::string, int> split_calls;    // per member list: how often split() ran
+  // The device of the group's most recent user allocation (workspaces excluded), the device of
+  // ops and barriers given none (ops.hpp): -2 none yet, -1 the CPU, k >= 0 cuda:k.
+  std::atomic<int> last_alloc_device{-2};
 
   ~Impl();
 };

@@ -22,6 +22,7 @@
 
 #include "core/check.hpp"
 #include "core/exchange.hpp"
+#include "core/group_impl.hpp"
 #include "core/log.hpp"
 #include "core/memory_impl.hpp"
 #include "core/memory_registry.hpp"
@@ -405,6 +406,7 @@ SymmetricMemory allocate_impl(const Group& group, size_t bytes, Device device,
   }
   a->group_key = group.impl().get();
   a->device = device;
+  if (!workspace) group.impl()->last_alloc_device.store(device.is_cuda() ? device.index : -1);
   a->bytes = bytes;
   a->pad_bytes = mine.pad_bytes;
   a->alloc_id = seq;

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/check.hpp"
+#include "core/group_impl.hpp"
 #include "core/memory_registry.hpp"
 #include "core/pad_sync.hpp"
 #include "core/registry.hpp"
@@ -211,7 +212,9 @@ void resolve_backend_for(Call& c, const std::optional<Device>& requested) {
   } else if (c.recv_sym.valid()) {
     c.device = c.recv_sym.device();
   } else {
-    c.device = Device::cpu();
+    // The device of the group's most recent allocation, else the CPU (ops.hpp).
+    const int last = c.group->impl()->last_alloc_device.load();
+    c.device = last >= 0 ? Device::cuda(last) : Device::cpu();
   }
   if (c.device.type != DeviceType::cpu && c.device.type != DeviceType::cuda)
     fail_arg(c.op, c.rank, "device", "has an unknown type");

@@ -634,6 +634,26 @@ TEST(GpuOps, BarrierOrdersWrites) {
   s.sync();
 }
 
+// Without OpOptions::device, a raw cudaMalloc pointer goes to the device of the group's most
+// recent allocation (ops.hpp), not to the CPU; so does a barrier.
+TEST(GpuOps, DeviceFallbackIsTheGroupsLatestAllocation) {
+  const Group& g = g_group;
+  auto sym = alloc_on(g, 4096);
+  const size_t n = 1000;
+  DevBuf x(n * sizeof(float));
+  std::vector<float> v(n, static_cast<float>(g.rank() + 1));
+  CUDA_OK(cudaMemcpy(x.get(), v.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  OpOptions o;
+  o.timeout = kTimeout;  // no device, the default stream
+  all_reduce(x.get(), x.get(), n, DType::f32, ReduceOp::sum, g, o);
+  barrier(g, o);
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<float> got(n);
+  CUDA_OK(cudaMemcpy(got.data(), x.get(), n * sizeof(float), cudaMemcpyDeviceToHost));
+  const float want = static_cast<float>(g.world_size() * (g.world_size() + 1) / 2);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], want) << "element " << i;
+}
+
 // ---- CUDA graphs
 // ----------------------------------------------------------------------------------------
 TEST(GpuOps, GraphCaptureAndReplay) {
