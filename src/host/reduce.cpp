@@ -75,38 +75,20 @@ struct Traits<NarrowFloat<Bits, kLoad, kStore>> {
 // The storage type of each dtype (every row of SYMMEM_DTYPES has one).
 template <DType>
 struct HostType;
-template <>
-struct HostType<DType::f32> {
-  using T = float;
-};
-template <>
-struct HostType<DType::f64> {
-  using T = double;
-};
-template <>
-struct HostType<DType::f16> {
-  using T = F16;
-};
-template <>
-struct HostType<DType::bf16> {
-  using T = BF16;
-};
-template <>
-struct HostType<DType::i32> {
-  using T = int32_t;
-};
-template <>
-struct HostType<DType::i64> {
-  using T = int64_t;
-};
-template <>
-struct HostType<DType::f8e4m3> {
-  using T = F8E4M3;
-};
-template <>
-struct HostType<DType::f8e5m2> {
-  using T = F8E5M2;
-};
+#define SYMMEM_HOST_TYPE_(id, type) \
+  template <>                       \
+  struct HostType<DType::id> {      \
+    using T = type;                 \
+  };
+SYMMEM_HOST_TYPE_(f32, float)
+SYMMEM_HOST_TYPE_(f64, double)
+SYMMEM_HOST_TYPE_(f16, F16)
+SYMMEM_HOST_TYPE_(bf16, BF16)
+SYMMEM_HOST_TYPE_(i32, int32_t)
+SYMMEM_HOST_TYPE_(i64, int64_t)
+SYMMEM_HOST_TYPE_(f8e4m3, F8E4M3)
+SYMMEM_HOST_TYPE_(f8e5m2, F8E5M2)
+#undef SYMMEM_HOST_TYPE_
 
 // Wrapping integer add (signed overflow would be undefined).
 template <class Op, class A>
