@@ -51,6 +51,28 @@ def test_cuda_acceptance(g):
     assert torch.equal(x, torch.full_like(x, n * (n + 1) / 2))
 
 
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_fp8_through_dlpack(g, dtype, device):
+    # torch's fp8 dtypes map to symmem's through DLPack, both ways, and reduce like torch rounds:
+    # the f32 sum of the inputs (exact here), converted once with torch's own conversion.
+    if device == "cuda":
+        cuda_group(g)
+    tdt = getattr(torch, dtype)
+    n, r = g.world_size, g.rank
+    t = st.empty((777,), dtype=tdt, device=device, group=g)
+    assert t.dtype == tdt
+    base = torch.arange(777, dtype=torch.float32, device=device) % 5 * 0.25
+    t.copy_((base + r * 0.5).to(tdt))
+    symmem.all_reduce(t, op="sum")
+    if device == "cuda":
+        torch.cuda.synchronize()
+    want = sum((base + k * 0.5).to(tdt).float() for k in range(n)).to(tdt)
+    assert torch.equal(t.view(torch.uint8), want.view(torch.uint8))
+    back = symmem.empty((3,), dtype=dtype, device=device, group=g)
+    assert torch.from_dlpack(back).dtype == tdt
+
+
 def test_cuda_compiled(g):
     cuda_group(g)
     n = g.world_size
