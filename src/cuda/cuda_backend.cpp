@@ -52,8 +52,15 @@ class CudaBackend final : public Backend {
       case OpKind::put:
       case OpKind::get:
         return true;  // byte movement / no data
-      default:
+      case OpKind::all_reduce:
+      case OpKind::reduce_scatter:
+      case OpKind::all_gather:
+      case OpKind::all_to_all:
+      case OpKind::all_to_all_v:
+      case OpKind::broadcast:
         return gpu_reduces(dtype);  // NOTE [dtype table]
+      default:
+        return false;  // an op the kernels do not have is Unsupported, not an internal error
     }
   }
 

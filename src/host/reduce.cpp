@@ -7,8 +7,10 @@
 #include "symmem/error.hpp"
 
 // The kernels must vectorise in every build type (GCC 12 at -O2 uses the very-cheap cost model,
-// which leaves these loops scalar).
+// which leaves these loops scalar). Clang vectorises them at -O2 already.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
+#endif
 
 // NOTE [reduction kernels]
 // Each (dtype, op) pair is a template instance working on blocks of kBlock elements: the block
@@ -168,11 +170,17 @@ void reduce_op(void* out, const void* const* ins, int n, size_t count, ReduceOp 
 
 }  // namespace
 
-// One clone per ISA level (AVX-512, AVX2, baseline SSE2), picked at load time; `flatten` inlines
-// every kernel into each clone so each gets its own vector width.
-__attribute__((target_clones("arch=x86-64-v4", "avx2", "default"), flatten)) void reduce(
-    void* out, const void* const* ins, int n, size_t count, DType dtype, ReduceOp op,
-    int avg_divisor) {
+// GCC: one clone per ISA level (AVX-512, AVX2, baseline SSE2), picked at load time; `flatten`
+// inlines every kernel into each clone so each gets its own vector width. Clang refuses
+// target_clones together with flatten, so a clang build has the baseline version only.
+#if defined(__clang__)
+#define SYMMEM_REDUCE_CLONES
+#else
+#define SYMMEM_REDUCE_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "avx2", "default"), flatten))
+#endif
+SYMMEM_REDUCE_CLONES void reduce(void* out, const void* const* ins, int n, size_t count,
+                                 DType dtype, ReduceOp op, int avg_divisor) {
   if (n < 1) throw_invalid_argument("reduce", -1, "n", "must be >= 1");
   if (avg_divisor < 1) avg_divisor = 1;
   switch (dtype) {
