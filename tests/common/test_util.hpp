@@ -1,15 +1,32 @@
 #pragma once
 
 // Shared helpers for symmem tests.
+#include <cstdlib>
 #include <string>
 
 #include <gtest/gtest.h>
 
+#include "symmem/env.hpp"
 #include "symmem/error.hpp"
 
 namespace symmem::test {
 
 inline constexpr int kSkipExitCode = 77;  // ctest SKIP_RETURN_CODE
+
+// Sets an environment variable for the scope (and drops the settings cache both ways).
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(const char* n, const char* v) : name(n) {
+    setenv(n, v, 1);
+    env::reset_cache_for_testing();
+  }
+  ~ScopedEnv() {
+    unsetenv(name.c_str());
+    env::reset_cache_for_testing();
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+};
 
 // True when a CUDA driver and at least one GPU are present (probes libcuda with dlopen; never
 // links it). `why` receives the reason when false.

@@ -17,19 +17,7 @@
 using symmem::ErrorCode;
 namespace env = symmem::env;
 
-namespace {
-struct ScopedEnv {
-  std::string name;
-  ScopedEnv(const char* n, const char* v) : name(n) {
-    setenv(n, v, 1);
-    env::reset_cache_for_testing();
-  }
-  ~ScopedEnv() {
-    unsetenv(name.c_str());
-    env::reset_cache_for_testing();
-  }
-};
-}  // namespace
+using symmem::test::ScopedEnv;
 
 TEST(Env, DefaultsApply) {
   env::reset_cache_for_testing();

@@ -24,19 +24,7 @@ using symmem::Millis;
 namespace env = symmem::env;
 namespace detail = symmem::detail;
 
-namespace {
-struct ScopedEnv {
-  std::string name;
-  ScopedEnv(const char* n, const char* v) : name(n) {
-    setenv(n, v, 1);
-    env::reset_cache_for_testing();
-  }
-  ~ScopedEnv() {
-    unsetenv(name.c_str());
-    env::reset_cache_for_testing();
-  }
-};
-}  // namespace
+using symmem::test::ScopedEnv;
 
 // ---- generated accessors -------------------------------------------------------------------
 
