@@ -97,22 +97,32 @@ std::string random_token() {
   return s;
 }
 
-// A port that is free now (for MASTER_PORT; whoever uses it binds it later).
-int free_port() {
+// Whether `port` on loopback can be bound now.
+bool port_free(int port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
+  if (fd < 0) return false;
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof(a);
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
   close(fd);
-  return port;
+  return ok;
+}
+
+// A port P for MASTER_PORT such that P and P + 1 are free now (a rank 0 that hosts the store
+// itself binds MASTER_PORT + 1, as torchrun's convention has it; whoever uses them binds them
+// later). Drawn below Linux's default ephemeral range (32768..60999), so the ranks' own
+// outgoing connections, which take ports from that range, cannot hold P + 1 meanwhile.
+int free_port() {
+  uint32_t r = 0;
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    if (getrandom(&r, sizeof(r), 0) != static_cast<ssize_t>(sizeof(r)))
+      r = r * 1103515245u + 12345u;
+    const int p = 20000 + static_cast<int>(r % 12000);
+    if (port_free(p) && port_free(p + 1)) return p;
+  }
+  return -1;
 }
 
 }  // namespace
