@@ -77,6 +77,8 @@ SYMMEM_API size_t dtype_table_size() noexcept;
 SYMMEM_API const DTypeInfo& dtype_info(DType t);
 // The row of `t`, or nullptr for a value that is no row.
 SYMMEM_API const DTypeInfo* find_dtype(DType t) noexcept;
+// The row one of whose names (short, long, aliases) is `name`, or nullptr.
+SYMMEM_API const DTypeInfo* find_dtype(std::string_view name) noexcept;
 // Whether the library's CUDA kernels serve `t` (false for a value that is no row).
 inline bool gpu_reduces(DType t) noexcept {
   const DTypeInfo* row = find_dtype(t);

@@ -266,12 +266,7 @@ dl::DataType to_dtype(nb::handle d, const char* op) {
     s = nb::cast<std::string>(nb::str(d));  // numpy.dtype('float32'), torch.float32
     if (s.rfind("torch.", 0) == 0) s = s.substr(6);
   }
-  for (size_t i = 0; i < dtype_table_size(); ++i) {
-    const DTypeInfo& r = dtype_table()[i];
-    if (s == r.name || s == r.short_name || (*r.alias1 && s == r.alias1) ||
-        (*r.alias2 && s == r.alias2))
-      return dl_type(r);
-  }
+  if (const DTypeInfo* r = find_dtype(std::string_view(s))) return dl_type(*r);
   for (const auto& n : kStorageOnly)
     if (s == n.name) return n.t;
   throw_invalid_argument(op, -1, "dtype", "= '" + s + "' is not a dtype (" + dtype_names() + ")");

@@ -227,9 +227,11 @@ void resolve_backend_for(Call& c, const std::optional<Device>& requested) {
     name = resolve_backend(*c.group, c.device);
     // A GPU backend selected for the process still leaves CPU buffers to auto's choice (as
     // allocate() does), e.g. a GPU program's host-side barrier or reductions.
-    auto b = detail::try_get_backend(name, nullptr);
-    if (!c.device.is_cuda() && b != nullptr && !b->serves(c.device.type))
-      name = detail::auto_backend(*c.group, c.device, nullptr);
+    if (!c.device.is_cuda()) {
+      auto b = detail::try_get_backend(name, nullptr);
+      if (b != nullptr && !b->serves(c.device.type))
+        name = detail::auto_backend(*c.group, c.device, nullptr);
+    }
   }
   c.backend = get_backend(name);
   if (!c.backend->supports(c.kind, c.dtype)) {

@@ -36,6 +36,14 @@ const DTypeInfo* find_dtype(DType t) noexcept {
     if (row.dtype == t) return &row;
   return nullptr;
 }
+const DTypeInfo* find_dtype(std::string_view n) noexcept {
+  for (const auto& row : kTable) {
+    if (n == row.short_name || n == row.name || (*row.alias1 != 0 && n == row.alias1) ||
+        (*row.alias2 != 0 && n == row.alias2))
+      return &row;
+  }
+  return nullptr;
+}
 size_t dtype_table_size() noexcept {
   return kTableSize;
 }
@@ -84,11 +92,7 @@ const char* to_string(Algo a) noexcept {
 }
 
 DType parse_dtype(std::string_view n, std::string_view what) {
-  for (const auto& row : kTable) {
-    if (n == row.short_name || n == row.name || (*row.alias1 != 0 && n == row.alias1) ||
-        (*row.alias2 != 0 && n == row.alias2))
-      return row.dtype;
-  }
+  if (const DTypeInfo* row = find_dtype(n)) return row->dtype;
   throw_invalid_argument("parse_dtype", -1, what,
                          "'" + std::string(n) + "' is not a dtype (" + dtype_names() + ")");
 }
