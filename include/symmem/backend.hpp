@@ -12,32 +12,21 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "symmem/device_handle.hpp"
 #include "symmem/export.hpp"
 #include "symmem/group.hpp"
 #include "symmem/memory.hpp"
+#include "symmem/op_table.hpp"
 #include "symmem/ops.hpp"
 #include "symmem/types.hpp"
 
 namespace symmem {
 
-inline constexpr int kPluginAbiVersion = 2;  // 2: BackendMemory::check_peers_alive
-
-enum class OpKind : int {
-  all_reduce,
-  reduce_scatter,
-  all_gather,
-  all_to_all,
-  all_to_all_v,
-  broadcast,
-  put,
-  get,
-  barrier,
-  kCount
-};
-SYMMEM_API const char* to_string(OpKind k) noexcept;
+inline constexpr int kPluginAbiVersion = 3;  // 2: BackendMemory::check_peers_alive; 3: what a
+                                             // backend serves is data (OpSupport)
 
 // One allocation, rendezvoused over one group (the whole allocation, not a view).
 class SYMMEM_API BackendMemory {
@@ -106,18 +95,19 @@ struct OpArgs {
 
 class SYMMEM_API Backend {
  public:
+  // `serves`: what this backend serves, as data (NOTE [op table] in op_table.hpp). The core
+  // answers Unsupported for anything no rule holds, naming the backends that do serve it, and
+  // routes the CPU buffers of a backend that serves only GPU buffers (a GPU program's host-side
+  // reductions) to auto's choice for CPU buffers.
+  explicit Backend(std::vector<OpSupport> serves) : serves_(std::move(serves)) {}
   virtual ~Backend();
   virtual const char* name() const = 0;
   // Can this backend serve `device` for `group`? If not, `why` says why (and what would).
   virtual bool can_serve(const Group& group, Device device, std::string* why) const = 0;
-  // Whether it serves buffers of this device type at all. The core routes the CPU buffers of a
-  // backend that serves only GPU buffers (a GPU program's host-side reductions) to auto's choice
-  // for CPU buffers; a backend that claims CPU buffers answers for them through can_serve.
-  virtual bool serves(DeviceType type) const {
-    (void)type;
-    return true;
-  }
-  virtual bool supports(OpKind kind, DType dtype) const = 0;
+  // From the rules given to the constructor.
+  bool supports(OpKind kind, DType dtype, DeviceType device) const;
+  bool serves(DeviceType type) const;  // some rule holds buffers of this device type
+  const std::vector<OpSupport>& support() const { return serves_; }
   // Allocates this rank's buffer and pad and rendezvous with the group (collective). The core
   // has already checked that every rank asked for the same size in the same order.
   virtual std::shared_ptr<BackendMemory> allocate(const Group& group,
@@ -130,6 +120,9 @@ class SYMMEM_API Backend {
     (void)name;
     return nullptr;
   }
+
+ private:
+  std::vector<OpSupport> serves_;
 };
 
 // Registry. get_backend() loads a plugin on first use (from SYMMEM_PLUGIN_PATH, then the

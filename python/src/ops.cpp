@@ -96,10 +96,13 @@ class OpCall {
 
   DType dtype(const ArrayRef& r, const char* arg) {
     auto t = to_symmem_dtype(r.dtype);
-    if (!t)
+    if (!t) {
+      std::string names;  // NOTE [dtype table]
+      for (size_t i = 0; i < dtype_table_size(); ++i)
+        names += std::string(i ? ", " : "") + dtype_table()[i].name;
       throw_invalid_argument(op_, rank(), arg,
-                             "has dtype " + dtype_name(r.dtype) + "; " + op_ +
-                                 " takes float32, float64, float16, bfloat16, int32 or int64");
+                             "has dtype " + dtype_name(r.dtype) + "; " + op_ + " takes " + names);
+    }
     return *t;
   }
 
@@ -154,9 +157,73 @@ size_t elements_offset(OpCall& c, int64_t offset, const ArrayRef& r, const char*
   return off;
 }
 
+// The count argument of an op whose buffers are whole blocks (its row's send/recv columns, NOTE
+// [op table]): taken from the buffer of one block (else from `a`, which must divide into
+// world_size blocks); the other buffer must hold the blocks its column says.
+size_t blocked_count(OpCall& c, OpKind kind, const ArrayRef& a, const char* an, const ArrayRef& b,
+                     const char* bn) {
+  using op_table::Blocks;
+  const OpInfo& row = op_info(kind);
+  const auto w = static_cast<size_t>(c.group().world_size());
+  const size_t ab = row.send == Blocks::world ? w : 1, bb = row.recv == Blocks::world ? w : 1;
+  const bool from_b = bb == 1 && ab != 1;
+  const ArrayRef& base = from_b ? b : a;
+  const ArrayRef& other = from_b ? a : b;
+  const char* base_name = from_b ? bn : an;
+  const char* other_name = from_b ? an : bn;
+  const size_t base_blocks = from_b ? bb : ab, other_blocks = from_b ? ab : bb;
+  if (base.numel % base_blocks != 0)
+    c.bad(base_name, "has " + std::to_string(base.numel) +
+                         " elements, not a multiple of world_size (" + std::to_string(w) + ")");
+  const size_t count = base.numel / base_blocks;
+  if (other.numel != count * other_blocks) {
+    if (other_blocks == base_blocks)
+      c.bad(other_name, "has " + std::to_string(other.numel) + " elements but '" + base_name +
+                            "' has " + std::to_string(base.numel));
+    c.bad(other_name, "has " + std::to_string(other.numel) + " elements; it needs world_size (" +
+                          std::to_string(w) + ") x " + base_name + "'s " +
+                          std::to_string(base.numel));
+  }
+  return count;
+}
+
+// symmem.op_table(): the rows of NOTE [op table], for the torch custom ops and for users.
+nb::list op_table_list() {
+  static const char* const blocks[] = {"none", "one", "world", "root", "var"};
+  static const char* const in_place[] = {"no", "same", "recv_block", "send_block"};
+  static const char* const kinds[] = {"reduction", "collective", "one_sided", "sync"};
+  static const std::pair<uint32_t, const char*> agree[] = {
+      {op_table::count, "count"}, {op_table::dtype, "dtype"},
+      {op_table::redop, "op"},    {op_table::algo, "algo"},
+      {op_table::root, "root"},   {op_table::known, "recv_counts_known"}};
+  nb::list out;
+  for (int i = 0; i < kOpCount; ++i) {
+    const OpInfo& r = op_table_rows()[i];
+    nb::dict d;
+    d["name"] = r.name;
+    d["count_arg"] = r.count_arg;
+    d["send"] = blocks[static_cast<int>(r.send)];
+    d["recv"] = blocks[static_cast<int>(r.recv)];
+    d["in_place"] = in_place[static_cast<int>(r.in_place)];
+    d["kind"] = kinds[static_cast<int>(r.op_kind)];
+    nb::list ag;
+    for (const auto& [flag, name] : agree)
+      if (r.must_agree(flag)) ag.append(name);
+    d["agree"] = ag;
+    d["busbw_factor"] =
+        nb::cpp_function([b = r.busbw](int world) { return busbw_factor(b, world); });
+    d["schema"] = r.py_signature;
+    out.append(d);
+  }
+  return out;
+}
+
 }  // namespace
 
-void bind_ops(nb::module_& m) {
+namespace {
+
+// all_reduce, reduce_scatter.
+void bind_reductions(nb::module_& m) {
   m.def(
       "all_reduce",
       [](nb::handle x, const std::string& op, const std::string& algo, nb::handle out,
@@ -176,9 +243,7 @@ void bind_ops(nb::module_& m) {
         if (!out.is_none()) {
           o = &c.add(out, "out", true);
           c.same_dtype(in, "x", *o, "out");
-          if (o->numel != in.numel)
-            c.bad("out", "has " + std::to_string(o->numel) + " elements but 'x' has " +
-                             std::to_string(in.numel));
+          blocked_count(c, OpKind::all_reduce, in, "x", *o, "out");
         }
         const Group& g = c.group();
         nb::gil_scoped_release r;
@@ -204,12 +269,9 @@ void bind_ops(nb::module_& m) {
         DType t = c.dtype(s, "send");
         c.same_dtype(s, "send", r, "recv");
         const Group& g = c.group();
-        if (s.numel != r.numel * static_cast<size_t>(g.world_size()))
-          c.bad("send", "has " + std::to_string(s.numel) + " elements; it needs world_size (" +
-                            std::to_string(g.world_size()) + ") x recv's " +
-                            std::to_string(r.numel));
+        size_t count = blocked_count(c, OpKind::reduce_scatter, s, "send", r, "recv");
         nb::gil_scoped_release rel;
-        reduce_scatter(s.data, r.data, r.numel, t, redop, g, c.opts());
+        reduce_scatter(s.data, r.data, count, t, redop, g, c.opts());
       },
       "send"_a, "recv"_a, "op"_a = "sum", nb::kw_only(), "group"_a.none() = nb::none(),
       "stream"_a.none() = nb::none(), "timeout"_a.none() = nb::none(),
@@ -218,7 +280,10 @@ void bind_ops(nb::module_& m) {
               "timeout: float | datetime.timedelta | None = None) -> None"),
       "send holds world_size blocks of recv.size elements; rank r receives the reduction of "
       "block r.");
+}
 
+// all_gather, all_to_all, all_to_all_v, broadcast.
+void bind_data_movement(nb::module_& m) {
   m.def(
       "all_gather",
       [](nb::handle send, nb::handle recv, nb::handle group, nb::handle stream,
@@ -229,12 +294,9 @@ void bind_ops(nb::module_& m) {
         DType t = c.dtype(s, "send");
         c.same_dtype(s, "send", r, "recv");
         const Group& g = c.group();
-        if (r.numel != s.numel * static_cast<size_t>(g.world_size()))
-          c.bad("recv", "has " + std::to_string(r.numel) + " elements; it needs world_size (" +
-                            std::to_string(g.world_size()) + ") x send's " +
-                            std::to_string(s.numel));
+        size_t count = blocked_count(c, OpKind::all_gather, s, "send", r, "recv");
         nb::gil_scoped_release rel;
-        all_gather(s.data, r.data, s.numel, t, g, c.opts());
+        all_gather(s.data, r.data, count, t, g, c.opts());
       },
       "send"_a, "recv"_a, nb::kw_only(), "group"_a.none() = nb::none(),
       "stream"_a.none() = nb::none(), "timeout"_a.none() = nb::none(),
@@ -252,15 +314,9 @@ void bind_ops(nb::module_& m) {
         DType t = c.dtype(s, "send");
         c.same_dtype(s, "send", r, "recv");
         const Group& g = c.group();
-        auto w = static_cast<size_t>(g.world_size());
-        if (s.numel % w != 0)
-          c.bad("send", "has " + std::to_string(s.numel) +
-                            " elements, not a multiple of world_size (" + std::to_string(w) + ")");
-        if (r.numel != s.numel)
-          c.bad("recv", "has " + std::to_string(r.numel) + " elements but 'send' has " +
-                            std::to_string(s.numel));
+        size_t count = blocked_count(c, OpKind::all_to_all, s, "send", r, "recv");
         nb::gil_scoped_release rel;
-        all_to_all(s.data, r.data, s.numel / w, t, g, c.opts());
+        all_to_all(s.data, r.data, count, t, g, c.opts());
       },
       "send"_a, "recv"_a, nb::kw_only(), "group"_a.none() = nb::none(),
       "stream"_a.none() = nb::none(), "timeout"_a.none() = nb::none(),
@@ -342,9 +398,7 @@ void bind_ops(nb::module_& m) {
         if (!out.is_none()) {
           r = &c.add(out, "out", true);
           c.same_dtype(s, "x", *r, "out");
-          if (r->numel != s.numel)
-            c.bad("out", "has " + std::to_string(r->numel) + " elements but 'x' has " +
-                             std::to_string(s.numel));
+          blocked_count(c, OpKind::broadcast, s, "x", *r, "out");
         }
         const Group& g = c.group();
         nb::gil_scoped_release rel;
@@ -357,7 +411,10 @@ void bind_ops(nb::module_& m) {
               "group: Group | None = None, stream: object = None, "
               "timeout: float | datetime.timedelta | None = None) -> None"),
       "root's x is copied into every rank's x (or out when given; x is read on root only).");
+}
 
+// put, get, barrier.
+void bind_one_sided(nb::module_& m) {
   m.def(
       "put",
       [](nb::handle dst, nb::handle src, int peer, int64_t offset, bool signal, int channel,
@@ -426,6 +483,20 @@ void bind_ops(nb::module_& m) {
               "stream: object = None, timeout: float | datetime.timedelta | None = None) -> None"),
       "Barrier over the group's workspace signal pads (device: that of the group's latest "
       "allocation unless given).");
+}
+
+}  // namespace
+
+void bind_ops(nb::module_& m) {
+  bind_reductions(m);
+  bind_data_movement(m);
+  bind_one_sided(m);
+  m.def("op_table", &op_table_list, nb::sig("def op_table() -> list[dict]"),
+        "The ops, one dict per row of the library's op table: name, count_arg, send and recv "
+        "(blocks of count per buffer: none, one, world, root, var), in_place (no, same, "
+        "recv_block, send_block), kind (reduction, collective, one_sided, sync), agree (the "
+        "arguments every rank must pass alike), busbw_factor(world) and schema (the torch "
+        "custom op's arguments).");
 }
 
 }  // namespace symmem::py

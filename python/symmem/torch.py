@@ -6,6 +6,9 @@ Importing this module registers the symmem ops as ``torch.library`` custom ops, 
     torch.ops.symmem.all_reduce(x, "sum", "auto", "")      # in place; "" = default group
     symmem.torch.all_reduce(x, op="sum", group=g)           # the same, returns x
 
+The ops, their schemas and their fake kernels' shape checks come from the op table
+(``symmem.op_table()``), so a new op of the library appears here without code of its own.
+
 Each op takes the name of a symmem.Group (``group.name``; "" means: the group of the tensor's
 symmetric memory, else the default group). Groups made by ``Group.from_env()``,
 ``group_from_process_group()`` or passed to these helpers are registered under their name.
@@ -23,27 +26,17 @@ Every member of ``pg`` must call it, in the same order for different groups.
 
 from __future__ import annotations
 
+import ast
 import datetime
+import inspect
 from typing import Optional, Sequence
 
 import torch
 
 import symmem as _symmem
 
-__all__ = [
-    "all_gather",
-    "all_reduce",
-    "all_to_all",
-    "all_to_all_v",
-    "barrier",
-    "broadcast",
-    "empty",
-    "get",
-    "group_from_process_group",
-    "put",
-    "reduce_scatter",
-    "register_group",
-]
+# The ops' helpers join __all__ as they are made from the op table (below).
+__all__ = ["barrier", "empty", "group_from_process_group", "register_group"]
 
 # ---- groups by name ---------------------------------------------------------------------------
 _groups: dict[str, _symmem.Group] = {}
@@ -82,139 +75,95 @@ def _name(group) -> str:
     return register_group(group)
 
 
-# ---- custom ops -------------------------------------------------------------------------------
-@torch.library.custom_op("symmem::all_reduce", mutates_args=("x",))
-def _all_reduce(x: torch.Tensor, op: str, algo: str, group: str) -> None:
-    _symmem.all_reduce(x, op=op, algo=algo, group=_group(group))
+# ---- custom ops and helpers, from the op table -------------------------------------------------
+# Each row of symmem.op_table() with a schema becomes the custom op symmem::<name> (its schema
+# is the row's, its eager kernel calls symmem.<name>, its fake kernel checks the row's shape
+# rules) and the helper symmem.torch.<name>(...), which returns the tensors the op writes.
 
 
-@_all_reduce.register_fake
-def _(x, op, algo, group):
-    return None
+def _parse_schema(schema: str) -> list[tuple[str, str, object]]:
+    """[(name, type, default or inspect.Parameter.empty)] of "Tensor(a!) x, str op='sum'"."""
+    args = []
+    for part in schema.split(","):
+        decl, eq, default = part.strip().partition("=")
+        typ, name = decl.rsplit(" ", 1)
+        args.append((name, typ, ast.literal_eval(default) if eq else inspect.Parameter.empty))
+    return args
 
 
-@torch.library.custom_op("symmem::reduce_scatter", mutates_args=("recv",))
-def _reduce_scatter(send: torch.Tensor, recv: torch.Tensor, op: str, group: str) -> None:
-    _symmem.reduce_scatter(send, recv, op=op, group=_group(group))
+def _world(group_name: str) -> Optional[int]:
+    g = _group(group_name) if group_name else _symmem.default_group()
+    return g.world_size if g is not None else None
 
 
-@_reduce_scatter.register_fake
-def _(send, recv, op, group):
-    return None
+def _check_shapes(row: dict, values: dict) -> None:
+    """The row's send/recv block rules on the op's first two tensors (at trace time too)."""
+    tensors = [(k, v) for k, v in values.items() if isinstance(v, torch.Tensor)]
+    if len(tensors) < 2 or "group" not in values:
+        return
+    world = _world(values["group"])
+    blocks = {"one": 1, "root": 1, "world": world}
+    if world is None or row["send"] not in blocks or row["recv"] not in blocks:
+        return
+    (sn, send), (rn, recv) = tensors[:2]
+    sb, rb = blocks[row["send"]], blocks[row["recv"]]
+    if send.numel() % sb != 0 or recv.numel() % rb != 0 or send.numel() // sb != recv.numel() // rb:
+        raise _symmem.InvalidArgument(
+            f"{row['name']}: argument '{rn if rb > 1 else sn}' does not fit: '{sn}' has "
+            f"{send.numel()} elements and '{rn}' has {recv.numel()}; the op takes {sb} x count "
+            f"and {rb} x count elements (world_size {world})")
 
 
-@torch.library.custom_op("symmem::all_gather", mutates_args=("recv",))
-def _all_gather(send: torch.Tensor, recv: torch.Tensor, group: str) -> None:
-    _symmem.all_gather(send, recv, group=_group(group))
+def _register(row: dict) -> None:
+    name, schema = row["name"], row["schema"]
+    args = _parse_schema(schema)
+    names = [a[0] for a in args]
+    mutated = [a[0] for a in args if "!" in a[1]]
+    qualname = f"symmem::{name}"
+    eager = getattr(_symmem, name)
+
+    torch.library.define(qualname, f"({schema}) -> ()", lib=_lib)
+
+    def kernel(*values):
+        kw = dict(zip(names, values))
+        if "group" in kw:
+            kw["group"] = _group(kw["group"])
+        eager(**kw)
+
+    def fake(*values):
+        _check_shapes(row, dict(zip(names, values)))
+
+    torch.library.impl(qualname, "CompositeExplicitAutograd", lib=_lib)(kernel)
+    torch.library.register_fake(qualname, lib=_lib)(fake)
+
+    op = getattr(torch.ops.symmem, name)
+    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                default=None if n == "group" else d) for n, _, d in args]
+    signature = inspect.Signature(params)
+
+    def helper(*a, **kw):
+        bound = signature.bind(*a, **kw)
+        bound.apply_defaults()
+        values = dict(bound.arguments)
+        if "group" in values:
+            values["group"] = _name(values["group"])
+        op(*values.values())
+        out = tuple(values[m] for m in mutated)
+        return out[0] if len(out) == 1 else out
+
+    helper.__name__ = helper.__qualname__ = name
+    helper.__signature__ = signature
+    helper.__doc__ = (f"torch.ops.symmem.{name} ({schema}); returns the tensors it writes.\n\n"
+                      + (eager.__doc__ or ""))
+    globals()[name] = helper
+    __all__.append(name)
 
 
-@_all_gather.register_fake
-def _(send, recv, group):
-    return None
-
-
-@torch.library.custom_op("symmem::all_to_all", mutates_args=("recv",))
-def _all_to_all(send: torch.Tensor, recv: torch.Tensor, group: str) -> None:
-    _symmem.all_to_all(send, recv, group=_group(group))
-
-
-@_all_to_all.register_fake
-def _(send, recv, group):
-    return None
-
-
-@torch.library.custom_op("symmem::all_to_all_v",
-                         mutates_args=("recv", "recv_counts", "recv_offsets"))
-def _all_to_all_v(send: torch.Tensor, send_counts: torch.Tensor, recv: torch.Tensor,
-                  recv_counts: torch.Tensor, recv_offsets: torch.Tensor, recv_counts_known: bool,
-                  group: str) -> None:
-    _symmem.all_to_all_v(send, send_counts, recv, recv_counts, recv_offsets,
-                         recv_counts_known=recv_counts_known, group=_group(group))
-
-
-@_all_to_all_v.register_fake
-def _(send, send_counts, recv, recv_counts, recv_offsets, recv_counts_known, group):
-    return None
-
-
-@torch.library.custom_op("symmem::broadcast", mutates_args=("x",))
-def _broadcast(x: torch.Tensor, root: int, group: str) -> None:
-    _symmem.broadcast(x, root=root, group=_group(group))
-
-
-@_broadcast.register_fake
-def _(x, root, group):
-    return None
-
-
-# put writes a peer's copy of dst; declaring dst mutated keeps the call ordered and alive in
-# compiled graphs.
-@torch.library.custom_op("symmem::put", mutates_args=("dst",))
-def _put(dst: torch.Tensor, src: torch.Tensor, peer: int, offset: int, signal: bool,
-         channel: int) -> None:
-    _symmem.put(dst, src, peer, offset=offset, signal=signal, channel=channel)
-
-
-@_put.register_fake
-def _(dst, src, peer, offset, signal, channel):
-    return None
-
-
-@torch.library.custom_op("symmem::get", mutates_args=("dst",))
-def _get(src: torch.Tensor, dst: torch.Tensor, peer: int, offset: int, signal: bool,
-         channel: int) -> None:
-    _symmem.get(src, dst, peer, offset=offset, signal=signal, channel=channel)
-
-
-@_get.register_fake
-def _(src, dst, peer, offset, signal, channel):
-    return None
-
-
-# ---- helpers ----------------------------------------------------------------------------------
-def all_reduce(x: torch.Tensor, op: str = "sum", algo: str = "auto", group=None) -> torch.Tensor:
-    """In-place all-reduce of x (any tensor; symmetric memory is used without a copy)."""
-    torch.ops.symmem.all_reduce(x, op, algo, _name(group))
-    return x
-
-
-def reduce_scatter(send: torch.Tensor, recv: torch.Tensor, op: str = "sum",
-                   group=None) -> torch.Tensor:
-    torch.ops.symmem.reduce_scatter(send, recv, op, _name(group))
-    return recv
-
-
-def all_gather(send: torch.Tensor, recv: torch.Tensor, group=None) -> torch.Tensor:
-    torch.ops.symmem.all_gather(send, recv, _name(group))
-    return recv
-
-
-def all_to_all(send: torch.Tensor, recv: torch.Tensor, group=None) -> torch.Tensor:
-    torch.ops.symmem.all_to_all(send, recv, _name(group))
-    return recv
-
-
-def all_to_all_v(send, send_counts, recv, recv_counts, recv_offsets, recv_counts_known=False,
-                 group=None):
-    torch.ops.symmem.all_to_all_v(send, send_counts, recv, recv_counts, recv_offsets,
-                                  recv_counts_known, _name(group))
-    return recv, recv_counts, recv_offsets
-
-
-def broadcast(x: torch.Tensor, root: int = 0, group=None) -> torch.Tensor:
-    torch.ops.symmem.broadcast(x, root, _name(group))
-    return x
-
-
-def put(dst: torch.Tensor, src: torch.Tensor, peer: int, offset: int = 0, signal: bool = False,
-        channel: int = 0) -> None:
-    torch.ops.symmem.put(dst, src, peer, offset, signal, channel)
-
-
-def get(src: torch.Tensor, dst: torch.Tensor, peer: int, offset: int = 0, signal: bool = False,
-        channel: int = 0) -> torch.Tensor:
-    torch.ops.symmem.get(src, dst, peer, offset, signal, channel)
-    return dst
+_lib = torch.library.Library("symmem", "FRAGMENT")
+for _row in _symmem.op_table():
+    if _row["schema"]:
+        _register(_row)
+__all__.sort()
 
 
 def barrier(group=None, device=None) -> None:

@@ -296,3 +296,15 @@ def test_settings_and_version():
     assert "SYMMEM_TIMEOUT_MS" in names and "SYMMEM_BACKEND" in names
     assert symmem.__version__.count(".") == 2
     assert "host" in symmem.available_backends()
+
+
+def test_op_table_rows():
+    rows = {r["name"]: r for r in symmem.op_table()}
+    assert list(rows)[:2] == ["all_reduce", "reduce_scatter"]
+    ag = rows["all_gather"]
+    assert (ag["send"], ag["recv"], ag["in_place"], ag["kind"]) == ("one", "world", "send_block",
+                                                                    "collective")
+    assert rows["all_reduce"]["agree"] == ["count", "dtype", "op", "algo"]
+    assert rows["reduce_scatter"]["busbw_factor"](4) == 0.75
+    assert rows["barrier"]["kind"] == "sync" and rows["barrier"]["schema"] == ""
+    assert set(rows) <= set(symmem.__all__)

@@ -102,3 +102,28 @@ def test_cuda_tensor_dlpack(g):
     symmem.all_reduce(t)
     torch.cuda.synchronize()
     assert torch.equal(t, torch.full((32,), 4.0, device="cuda"))
+
+
+def test_custom_ops_and_helpers_come_from_the_op_table(g):
+    import inspect
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    rows = [r for r in symmem.op_table() if r["schema"]]
+    assert {r["name"] for r in rows} >= {"all_reduce", "reduce_scatter", "put", "get"}
+    for r in rows:
+        assert hasattr(torch.ops.symmem, r["name"]) and r["name"] in st.__all__
+    assert list(inspect.signature(st.reduce_scatter).parameters) == ["send", "recv", "op", "group"]
+    assert inspect.signature(st.all_reduce).parameters["algo"].default == "auto"
+    name = st.register_group(g)
+    send, recv = torch.ones(4), torch.zeros(4)
+    torch.library.opcheck(torch.ops.symmem.reduce_scatter.default, (send, recv, "sum", name),
+                          test_utils=("test_schema", "test_faketensor"))
+    # The fake kernel checks the row's shape rule at trace time (world_size 1: send == recv).
+    with FakeTensorMode():
+        with pytest.raises(symmem.InvalidArgument, match="does not fit"):
+            torch.ops.symmem.all_gather(torch.empty(3), torch.empty(2), name)
+    assert torch.equal(st.all_gather(send, recv, group=g), send)
+    out = st.all_to_all_v(send, torch.tensor([4]), recv, torch.zeros(1, dtype=torch.int64),
+                          torch.zeros(1, dtype=torch.int64), group=g)
+    assert len(out) == 3 and out[1].item() == 4  # the tensors it writes, in schema order

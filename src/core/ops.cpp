@@ -162,8 +162,9 @@ static_assert(sizeof(Desc) <= detail::kDescFixedBytes);
 
 // What one op call looks like, for checking and running.
 struct Call {
-  Call(OpKind k, const char* name) : kind(k), op(name) {}
+  explicit Call(OpKind k) : kind(k), info(op_info(k)), op(info.name) {}
   OpKind kind;
+  const OpInfo& info;  // the op's row (NOTE [op table])
   const char* op;
   const Group* group = nullptr;
   int rank = -1;
@@ -186,7 +187,8 @@ struct Call {
   Millis timeout{0};
 };
 
-std::string backends_supporting(OpKind kind, DType dtype) {
+// The loadable backends whose rules (NOTE [op table]) hold (kind, dtype, device type).
+std::string backends_supporting(OpKind kind, DType dtype, DeviceType device) {
   std::string out;
   std::vector<std::string> names;
   try {
@@ -196,11 +198,21 @@ std::string backends_supporting(OpKind kind, DType dtype) {
   for (const auto& n : names) {
     try {
       auto b = get_backend(n);
-      if (b && b->supports(kind, dtype)) out += (out.empty() ? "" : ", ") + n;
+      if (b && b->supports(kind, dtype, device)) out += (out.empty() ? "" : ", ") + n;
     } catch (const Error&) {
     }
   }
   return out.empty() ? "none available here" : out;
+}
+
+// "backend 'cuda' has no all_reduce for dtype f64 on cuda buffers; backends that have it: ..."
+std::string unsupported(const std::string& backend, const OpInfo& info, DType dtype,
+                        Device device) {
+  std::string what = info.name;
+  if (info.collective()) what += std::string(" for dtype ") + to_string(dtype);
+  const char* where = device.is_cuda() ? "GPU" : "CPU";
+  return "backend '" + backend + "' has no " + what + " on " + where +
+         " buffers; backends that have it: " + backends_supporting(info.kind, dtype, device.type);
 }
 
 // Picks the device and backend (see ops.hpp) and checks the backend can do the op.
@@ -234,11 +246,8 @@ void resolve_backend_for(Call& c, const std::optional<Device>& requested) {
     }
   }
   c.backend = get_backend(name);
-  if (!c.backend->supports(c.kind, c.dtype)) {
-    fail(ErrorCode::Unsupported, c.op, c.rank,
-         std::string("backend '") + name + "' has no " + c.op + " for dtype " + to_string(c.dtype) +
-             "; backends that have it: " + backends_supporting(c.kind, c.dtype));
-  }
+  if (!c.backend->supports(c.kind, c.dtype, c.device.type))
+    fail(ErrorCode::Unsupported, c.op, c.rank, unsupported(name, c.info, c.dtype, c.device));
 }
 
 OpArgs make_args(const Call& c, const OpOptions& o) {
@@ -292,6 +301,31 @@ void fill_desc(Desc& d, const Call& c, uint64_t seq, const LocalError& err) {
   throw_error(ErrorCode::InvalidArgument, op, rank, what);
 }
 
+// The arguments of the row's `agree` column must be the same on every rank.
+void agree_arguments(const Call& c, const std::vector<Desc>& all) {
+  auto mismatch = [&](uint32_t flag, const char* arg, auto get) {
+    if (!c.info.must_agree(flag)) return;
+    for (size_t p = 1; p < all.size(); ++p) {
+      if (get(all[p]) != get(all[0])) {
+        std::ostringstream os;
+        os << "argument '" << arg << "' differs across ranks: rank 0 passed " << get(all[0])
+           << ", rank " << p << " passed " << get(all[p]) << "; no rank ran the op";
+        throw_agreed(c.op, c.rank, os.str());
+      }
+    }
+  };
+  using namespace op_table;
+  mismatch(redop, "op",
+           [](const Desc& x) { return std::string(to_string(static_cast<ReduceOp>(x.redop))); });
+  mismatch(count, c.info.count_arg, [](const Desc& x) { return x.count; });
+  mismatch(dtype, "dtype",
+           [](const Desc& x) { return std::string(to_string(static_cast<DType>(x.dtype))); });
+  mismatch(known, "recv_counts_known", [](const Desc& x) { return x.recv_counts_known; });
+  mismatch(algo, "algo",
+           [](const Desc& x) { return std::string(to_string(static_cast<Algo>(x.algo))); });
+  mismatch(root, "root", [](const Desc& x) { return x.root; });
+}
+
 // The collective agreement (NOTE above). Returns normally when the op may run on every rank;
 // may clear c.send_sym / c.recv_sym when the ranks did not all pass the same symmetric buffer.
 void agree(Call& c, uint64_t seq, const LocalError& err) {
@@ -338,44 +372,8 @@ void agree(Call& c, uint64_t seq, const LocalError& err) {
                       std::string(all[p].message, strnlen(all[p].message, sizeof(all[p].message))));
     }
   }
-  // Arguments that must agree.
-  auto mismatch = [&](const char* arg, auto get) {
-    for (int p = 1; p < n; ++p) {
-      if (get(all[p]) != get(all[0])) {
-        std::ostringstream os;
-        os << "argument '" << arg << "' differs across ranks: rank 0 passed " << get(all[0])
-           << ", rank " << p << " passed " << get(all[p]) << "; no rank ran the op";
-        throw_agreed(c.op, r, os.str());
-      }
-    }
-  };
-  switch (c.kind) {
-    case OpKind::all_reduce:
-    case OpKind::reduce_scatter:
-      mismatch("op", [](const Desc& x) {
-        return std::string(to_string(static_cast<ReduceOp>(x.redop)));
-      });
-      [[fallthrough]];
-    case OpKind::all_gather:
-    case OpKind::all_to_all:
-    case OpKind::broadcast:
-      mismatch("count", [](const Desc& x) { return x.count; });
-      mismatch("dtype",
-               [](const Desc& x) { return std::string(to_string(static_cast<DType>(x.dtype))); });
-      break;
-    case OpKind::all_to_all_v:
-      mismatch("dtype",
-               [](const Desc& x) { return std::string(to_string(static_cast<DType>(x.dtype))); });
-      mismatch("recv_counts_known", [](const Desc& x) { return x.recv_counts_known; });
-      break;
-    default:
-      break;
-  }
-  if (c.kind == OpKind::all_reduce)
-    mismatch("algo",
-             [](const Desc& x) { return std::string(to_string(static_cast<Algo>(x.algo))); });
-  if (c.kind == OpKind::broadcast) mismatch("root", [](const Desc& x) { return x.root; });
-
+  // Arguments that must agree: the row's `agree` column (NOTE [op table]).
+  agree_arguments(c, all);
   if (c.kind == OpKind::all_to_all_v) {
     // counts[p][q]: what p sends to q; counts[p][n + q]: what p expects from q (MPI style).
     if (c.recv_counts_known) {
@@ -434,6 +432,13 @@ void agree(Call& c, uint64_t seq, const LocalError& err) {
 }
 
 // Runs a collective: local checks (in `check`), agreement, backend run.
+void check_collective(Call& c);
+template <class Check>
+void run_collective(Call& c, const OpOptions& o, Check&& check);
+void run_collective(Call& c, const OpOptions& o) {
+  run_collective(c, o, [](Call&) {});
+}
+
 template <class Check>
 void run_collective(Call& c, const OpOptions& o, Check&& check) {
   if (!c.group || !c.group->valid())
@@ -451,9 +456,7 @@ void run_collective(Call& c, const OpOptions& o, Check&& check) {
   LocalError err;
   try {
     c.timeout = op_timeout(c.op, c.rank, o.timeout);
-    if (!known_dtype(c.dtype))
-      fail_arg(c.op, c.rank, "dtype",
-               "has unknown value " + std::to_string(static_cast<int>(c.dtype)));
+    check_collective(c);
     check(c);
     resolve_backend_for(c, o.device);
   } catch (const ArgFailure& f) {
@@ -466,7 +469,7 @@ void run_collective(Call& c, const OpOptions& o, Check&& check) {
   } else if (err.set()) {
     throw Error(err.code, err.message);
   }
-  if (c.kind == OpKind::all_reduce && c.algo == Algo::automatic) {
+  if (c.info.must_agree(op_table::algo) && c.algo == Algo::automatic) {
     std::string forced = env::algo();
     if (forced != "auto") c.algo = parse_algo(forced, "SYMMEM_ALGO");
   }
@@ -474,14 +477,42 @@ void run_collective(Call& c, const OpOptions& o, Check&& check) {
   c.backend->run(args);
 }
 
-void check_redop(const Call& c) {
-  if (!known_redop(c.redop))
+// The checks every collective shares, from its row: the dtype, the reduction argument, the
+// count's byte size and, for ops whose buffers are whole blocks, both buffers and the in-place
+// form (overlap is only allowed there). Ops with root-only or count-array buffers check those
+// themselves.
+void check_collective(Call& c) {
+  using op_table::Blocks;
+  if (!known_dtype(c.dtype))
+    fail_arg(c.op, c.rank, "dtype",
+             "has unknown value " + std::to_string(static_cast<int>(c.dtype)));
+  if (c.info.reduces() && !known_redop(c.redop))
     fail_arg(c.op, c.rank, "op", "has unknown value " + std::to_string(static_cast<int>(c.redop)));
-}
-
-// send/recv pointer pair: each checked; overlap is only allowed in the op's in-place form.
-void check_pair(Call& c, size_t send_bytes, size_t recv_bytes, bool in_place) {
-  size_t es = dtype_size(c.dtype);
+  if (c.info.must_agree(op_table::algo) && !known_algo(c.algo))
+    fail_arg(c.op, c.rank, "algo", "has unknown value " + std::to_string(static_cast<int>(c.algo)));
+  auto blocked = [](Blocks b) { return b == Blocks::one || b == Blocks::world; };
+  if (!blocked(c.info.send) || !blocked(c.info.recv)) return;
+  const size_t es = dtype_size(c.dtype);
+  auto bytes_of = [&](Blocks b) {
+    return checked_bytes(c.op, c.rank, c.info.count_arg, c.count, es,
+                         b == Blocks::world ? static_cast<size_t>(c.world) : 1);
+  };
+  const size_t send_bytes = bytes_of(c.info.send), recv_bytes = bytes_of(c.info.recv);
+  const size_t block = c.count * es;  // fits: checked above
+  bool in_place = false;
+  switch (c.info.in_place) {
+    case op_table::InPlace::same:
+      in_place = c.send == c.recv;
+      break;
+    case op_table::InPlace::recv_block:  // recv == send + rank * block
+      in_place = c.send && c.recv == static_cast<const char*>(c.send) + c.rank * block;
+      break;
+    case op_table::InPlace::send_block:  // send == recv + rank * block
+      in_place = c.recv && c.send == static_cast<const char*>(c.recv) + c.rank * block;
+      break;
+    case op_table::InPlace::no:
+      break;
+  }
   c.send_sym = check_buffer(c.op, c.rank, *c.group, "send", c.send, send_bytes, es, true).sym;
   c.recv_sym = check_buffer(c.op, c.rank, *c.group, "recv", c.recv, recv_bytes, es, true).sym;
   if (!in_place && overlaps(c.send, send_bytes, c.recv, recv_bytes)) {
@@ -495,7 +526,7 @@ void check_pair(Call& c, size_t send_bytes, size_t recv_bytes, bool in_place) {
 // ---- all_reduce --------------------------------------------------------------------------------
 void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                 const Group& group, const OpOptions& options) {
-  Call c(OpKind::all_reduce, "all_reduce");
+  Call c(OpKind::all_reduce);
   c.group = &group;
   c.send = send;
   c.recv = recv;
@@ -503,14 +534,7 @@ void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceO
   c.dtype = dtype;
   c.redop = op;
   c.algo = options.algo;
-  run_collective(c, options, [](Call& c) {
-    check_redop(c);
-    if (!known_algo(c.algo))
-      fail_arg(c.op, c.rank, "algo",
-               "has unknown value " + std::to_string(static_cast<int>(c.algo)));
-    size_t bytes = checked_bytes(c.op, c.rank, "count", c.count, dtype_size(c.dtype));
-    check_pair(c, bytes, bytes, c.send == c.recv);
-  });
+  run_collective(c, options);
 }
 
 void all_reduce(const SymmetricMemory& buf, size_t count, DType dtype, ReduceOp op,
@@ -541,66 +565,46 @@ void all_reduce(const SymmetricMemory& buf, size_t count, DType dtype, ReduceOp 
   all_reduce(p, p, count, dtype, op, group, o);
 }
 
-// ---- reduce_scatter ----------------------------------------------------------------------------
+// ---- reduce_scatter, all_gather, all_to_all: checked from their rows --------------------------
 void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op,
                     const Group& group, const OpOptions& options) {
-  Call c(OpKind::reduce_scatter, "reduce_scatter");
+  Call c(OpKind::reduce_scatter);
   c.group = &group;
   c.send = send;
   c.recv = recv;
   c.count = recv_count;
   c.dtype = dtype;
   c.redop = op;
-  run_collective(c, options, [](Call& c) {
-    check_redop(c);
-    size_t es = dtype_size(c.dtype);
-    size_t block = checked_bytes(c.op, c.rank, "recv_count", c.count, es);
-    size_t total = checked_bytes(c.op, c.rank, "recv_count", c.count, es, c.world);
-    // In place: recv == send + rank * recv_count.
-    const void* in_place = c.send ? static_cast<const char*>(c.send) + c.rank * block : nullptr;
-    check_pair(c, total, block, in_place != nullptr && c.recv == in_place);
-  });
+  run_collective(c, options);
 }
 
-// ---- all_gather --------------------------------------------------------------------------------
 void all_gather(const void* send, void* recv, size_t send_count, DType dtype, const Group& group,
                 const OpOptions& options) {
-  Call c(OpKind::all_gather, "all_gather");
+  Call c(OpKind::all_gather);
   c.group = &group;
   c.send = send;
   c.recv = recv;
   c.count = send_count;
   c.dtype = dtype;
-  run_collective(c, options, [](Call& c) {
-    size_t es = dtype_size(c.dtype);
-    size_t block = checked_bytes(c.op, c.rank, "send_count", c.count, es);
-    size_t total = checked_bytes(c.op, c.rank, "send_count", c.count, es, c.world);
-    // In place: send == recv + rank * send_count.
-    const void* in_place = c.recv ? static_cast<const char*>(c.recv) + c.rank * block : nullptr;
-    check_pair(c, block, total, in_place != nullptr && c.send == in_place);
-  });
+  run_collective(c, options);
 }
 
-// ---- all_to_all --------------------------------------------------------------------------------
 void all_to_all(const void* send, void* recv, size_t count, DType dtype, const Group& group,
                 const OpOptions& options) {
-  Call c(OpKind::all_to_all, "all_to_all");
+  Call c(OpKind::all_to_all);
   c.group = &group;
   c.send = send;
   c.recv = recv;
   c.count = count;
   c.dtype = dtype;
-  run_collective(c, options, [](Call& c) {
-    size_t total = checked_bytes(c.op, c.rank, "count", c.count, dtype_size(c.dtype), c.world);
-    check_pair(c, total, total, c.send == c.recv);
-  });
+  run_collective(c, options);
 }
 
 // ---- all_to_all_v ------------------------------------------------------------------------------
 void all_to_all_v(const void* send, const int64_t* send_counts, void* recv, int64_t* recv_counts,
                   int64_t* recv_offsets, size_t recv_capacity, DType dtype, const Group& group,
                   const AllToAllVOptions& options) {
-  Call c(OpKind::all_to_all_v, "all_to_all_v");
+  Call c(OpKind::all_to_all_v);
   c.group = &group;
   c.send = send;
   c.recv = recv;
@@ -653,17 +657,18 @@ void all_to_all_v(const void* send, const int64_t* send_counts, void* recv, int6
                      std::to_string(want) + ")");
     }
     size_t recv_bytes = checked_bytes(c.op, c.rank, "recv_capacity", cap, es);
-    check_pair(c, send_bytes, recv_bytes, false);
-    if (c.send && c.recv && c.send == c.recv && send_bytes && recv_bytes)
+    c.send_sym = check_buffer(c.op, c.rank, *c.group, "send", c.send, send_bytes, es, true).sym;
+    c.recv_sym = check_buffer(c.op, c.rank, *c.group, "recv", c.recv, recv_bytes, es, true).sym;
+    if (overlaps(c.send, send_bytes, c.recv, recv_bytes))
       fail_arg(c.op, c.rank, "recv",
-               "is the same buffer as 'send'; all_to_all_v has no in-place form");
+               "overlaps 'send' without being the in-place form of this op (see ops.hpp)");
   });
 }
 
 // ---- broadcast ---------------------------------------------------------------------------------
 void broadcast(const void* send, void* recv, size_t count, DType dtype, int root,
                const Group& group, const OpOptions& options) {
-  Call c(OpKind::broadcast, "broadcast");
+  Call c(OpKind::broadcast);
   c.group = &group;
   c.send = send;
   c.recv = recv;
@@ -692,7 +697,8 @@ void broadcast(const void* send, void* recv, size_t count, DType dtype, int root
 namespace {
 void one_sided(OpKind kind, const SymmetricMemory& target, size_t offset, const void* src,
                void* dst, size_t bytes, int peer, const P2POptions& o) {
-  const char* op = kind == OpKind::put ? "put" : "get";
+  const OpInfo& info = op_info(kind);
+  const char* op = info.name;
   const char* target_arg = kind == OpKind::put ? "dst" : "src";
   check_usable(target, op, target_arg);
   int rank = target.rank(), world = target.world_size();
@@ -724,11 +730,9 @@ void one_sided(OpKind kind, const SymmetricMemory& target, size_t offset, const 
   // A peer without direct (load/store) access is the backend's call: nvshmem reaches it with
   // device-initiated transfers, the peer-pointer backends answer Unsupported naming the peer.
   auto backend = get_backend(target.backend());
-  if (!backend->supports(kind, DType::f32)) {
+  if (!backend->supports(kind, DType::f32, target.device().type))
     throw_error(ErrorCode::Unsupported, op, rank,
-                "backend '" + target.backend() + "' has no " + op +
-                    "; backends that have it: " + backends_supporting(kind, DType::f32));
-  }
+                unsupported(target.backend(), info, DType::f32, target.device()));
   if (o.device && !(*o.device == target.device())) {
     throw_invalid_argument(op, rank, "device",
                            "= " + to_string(*o.device) + " differs from the buffer's device " +
@@ -767,7 +771,7 @@ void get(const SymmetricMemory& src, size_t src_offset, void* dst, size_t bytes,
 
 // ---- barrier -----------------------------------------------------------------------------------
 void barrier(const Group& group, const OpOptions& options) {
-  Call c(OpKind::barrier, "barrier");
+  Call c(OpKind::barrier);
   c.group = &group;
   if (!group.valid()) throw_invalid_argument("barrier", -1, "group", "is not a valid group");
   c.rank = group.rank();

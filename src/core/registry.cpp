@@ -38,32 +38,6 @@ DeviceHandle BackendMemory::device_handle(size_t /*offset*/, size_t length) cons
   return h;  // no device pointer tables: a host-only backend
 }
 
-const char* to_string(OpKind k) noexcept {
-  switch (k) {
-    case OpKind::all_reduce:
-      return "all_reduce";
-    case OpKind::reduce_scatter:
-      return "reduce_scatter";
-    case OpKind::all_gather:
-      return "all_gather";
-    case OpKind::all_to_all:
-      return "all_to_all";
-    case OpKind::all_to_all_v:
-      return "all_to_all_v";
-    case OpKind::broadcast:
-      return "broadcast";
-    case OpKind::put:
-      return "put";
-    case OpKind::get:
-      return "get";
-    case OpKind::barrier:
-      return "barrier";
-    case OpKind::kCount:
-      break;
-  }
-  return "unknown";
-}
-
 namespace {
 
 struct Registry {

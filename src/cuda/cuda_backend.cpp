@@ -18,9 +18,10 @@ namespace {
 
 class CudaBackend final : public Backend {
  public:
+  // Every op, for the dtypes its kernels reduce (NOTE [dtype table]), on GPU memory.
+  CudaBackend()
+      : Backend({{OpSet::all(), DTypeSet::gpu_reducible(), DeviceTypeSet::of(DeviceType::cuda)}}) {}
   const char* name() const override { return "cuda"; }
-
-  bool serves(DeviceType type) const override { return type == DeviceType::cuda; }
 
   bool can_serve(const Group& group, Device device, std::string* why) const override {
     auto fail = [&](const std::string& reason) {
@@ -44,24 +45,6 @@ class CudaBackend final : public Backend {
           "nvshmem or nccl across hosts");
     }
     return true;
-  }
-
-  bool supports(OpKind kind, DType dtype) const override {
-    switch (kind) {
-      case OpKind::barrier:
-      case OpKind::put:
-      case OpKind::get:
-        return true;  // byte movement / no data
-      case OpKind::all_reduce:
-      case OpKind::reduce_scatter:
-      case OpKind::all_gather:
-      case OpKind::all_to_all:
-      case OpKind::all_to_all_v:
-      case OpKind::broadcast:
-        return gpu_reduces(dtype);  // NOTE [dtype table]
-      default:
-        return false;  // an op the kernels do not have is Unsupported, not an internal error
-    }
   }
 
   std::shared_ptr<BackendMemory> allocate(const Group& group, const RendezvousInfo& info) override {

@@ -368,9 +368,9 @@ class HostMemory final : public BackendMemory {
 
 class HostBackend final : public Backend {
  public:
+  // Every op and every dtype of the tables, on CPU memory.
+  HostBackend() : Backend({{OpSet::all(), DTypeSet::all(), DeviceTypeSet::of(DeviceType::cpu)}}) {}
   const char* name() const override { return "host"; }
-
-  bool serves(DeviceType type) const override { return type == DeviceType::cpu; }
 
   bool can_serve(const Group& group, Device device, std::string* why) const override {
     if (device.is_cuda()) {
@@ -398,12 +398,6 @@ class HostBackend final : public Backend {
       return false;
     }
     return true;
-  }
-
-  bool supports(OpKind kind, DType dtype) const override {
-    // Every dtype of the table (NOTE [dtype table]).
-    const bool known_dtype = find_dtype(dtype) != nullptr;
-    return static_cast<int>(kind) >= 0 && kind < OpKind::kCount && known_dtype;
   }
 
   std::shared_ptr<BackendMemory> allocate(const Group& group, const RendezvousInfo& info) override;

@@ -46,7 +46,16 @@ struct GpuIdentity {
 
 }  // namespace
 
-NcclBackend::NcclBackend() {
+namespace {
+// The ops this plugin has a path for (a case in its run); any other op is Unsupported here.
+constexpr OpSet kOps =
+    OpSet::of({OpKind::all_reduce, OpKind::reduce_scatter, OpKind::all_gather, OpKind::all_to_all,
+               OpKind::all_to_all_v, OpKind::broadcast, OpKind::put, OpKind::get, OpKind::barrier});
+}  // namespace
+
+// These ops, for the cuda kernels' dtypes (NCCL has them all too), on GPU memory.
+NcclBackend::NcclBackend()
+    : Backend({{kOps, DTypeSet::gpu_reducible(), DeviceTypeSet::of(DeviceType::cuda)}}) {
   g_backend = this;
 }
 
@@ -57,24 +66,6 @@ NcclBackend::~NcclBackend() {
 bool NcclBackend::can_serve(const Group& group, Device device, std::string* why) const {
   (void)group;
   return cuda::cuda_device_visible("nccl", device, why);
-}
-
-bool NcclBackend::supports(OpKind kind, DType dtype) const {
-  switch (kind) {
-    case OpKind::barrier:
-      return true;
-    case OpKind::put:
-    case OpKind::get:
-    case OpKind::all_to_all:
-    case OpKind::all_to_all_v:
-    case OpKind::broadcast:
-    case OpKind::all_gather:
-    case OpKind::all_reduce:
-    case OpKind::reduce_scatter:
-      return gpu_reduces(dtype);  // the cuda kernels' dtypes (NCCL has them all too)
-    default:
-      return false;
-  }
 }
 
 void* NcclBackend::extension(const std::string& name) {

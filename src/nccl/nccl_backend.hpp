@@ -62,8 +62,6 @@ class NcclBackend final : public Backend {
   ~NcclBackend() override;
   const char* name() const override { return "nccl"; }
   bool can_serve(const Group& group, Device device, std::string* why) const override;
-  bool serves(DeviceType type) const override { return type == DeviceType::cuda; }
-  bool supports(OpKind kind, DType dtype) const override;
   std::shared_ptr<BackendMemory> allocate(const Group& group, const RendezvousInfo& info) override;
   void run(const OpArgs& args) override;
   void* extension(const std::string& name) override;

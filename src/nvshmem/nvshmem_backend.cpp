@@ -21,26 +21,17 @@ bool NvshmemBackend::can_serve(const Group& group, Device device, std::string* w
   return Runtime::instance().can_allocate(group, why);
 }
 
-bool NvshmemBackend::supports(OpKind kind, DType dtype) const {
-  // The cuda kernels' dtypes (NOTE [dtype table]); NVSHMEM's own team reductions, used when a
-  // peer is not directly reachable, have no fp8 and say so when asked.
-  const bool gpu_type = gpu_reduces(dtype);
-  switch (kind) {
-    case OpKind::barrier:
-      return true;
-    case OpKind::all_reduce:
-    case OpKind::reduce_scatter:
-    case OpKind::all_gather:
-    case OpKind::all_to_all:
-    case OpKind::all_to_all_v:
-    case OpKind::broadcast:
-    case OpKind::put:
-    case OpKind::get:
-      return gpu_type;
-    default:
-      return false;
-  }
-}
+namespace {
+// The ops this plugin has a path for (a case in its run); any other op is Unsupported here.
+constexpr OpSet kOps =
+    OpSet::of({OpKind::all_reduce, OpKind::reduce_scatter, OpKind::all_gather, OpKind::all_to_all,
+               OpKind::all_to_all_v, OpKind::broadcast, OpKind::put, OpKind::get, OpKind::barrier});
+}  // namespace
+
+// These ops, for the cuda kernels' dtypes (NOTE [dtype table]), on GPU memory. NVSHMEM's own
+// team reductions, used when a peer is not directly reachable, have no fp8 and say so when asked.
+NvshmemBackend::NvshmemBackend()
+    : Backend({{kOps, DTypeSet::gpu_reducible(), DeviceTypeSet::of(DeviceType::cuda)}}) {}
 
 std::shared_ptr<BackendMemory> NvshmemBackend::allocate(const Group& group,
                                                         const RendezvousInfo& info) {

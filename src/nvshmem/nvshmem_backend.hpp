@@ -13,12 +13,10 @@ namespace symmem::nvshm {
 
 class NvshmemBackend final : public Backend {
  public:
-  NvshmemBackend() = default;
+  NvshmemBackend();
   ~NvshmemBackend() override;
   const char* name() const override { return "nvshmem"; }
   bool can_serve(const Group& group, Device device, std::string* why) const override;
-  bool serves(DeviceType type) const override { return type == DeviceType::cuda; }
-  bool supports(OpKind kind, DType dtype) const override;
   std::shared_ptr<BackendMemory> allocate(const Group& group, const RendezvousInfo& info) override;
   void run(const OpArgs& args) override;
 

@@ -18,9 +18,11 @@ TEST(CudaPlugin, LoadsOrSaysWhy) {
     auto b = get_backend("cuda");
     ASSERT_NE(b, nullptr);
     EXPECT_STREQ(b->name(), "cuda");
-    EXPECT_TRUE(b->supports(OpKind::barrier, DType::f32));
-    EXPECT_TRUE(b->supports(OpKind::all_reduce, DType::bf16));
-    EXPECT_FALSE(b->supports(OpKind::all_reduce, DType::f64));
+    EXPECT_TRUE(b->supports(OpKind::barrier, DType::f32, DeviceType::cuda));
+    EXPECT_TRUE(b->supports(OpKind::all_reduce, DType::bf16, DeviceType::cuda));
+    EXPECT_FALSE(b->supports(OpKind::all_reduce, DType::f64, DeviceType::cuda));
+    EXPECT_FALSE(b->supports(OpKind::all_reduce, DType::bf16, DeviceType::cpu));
+    EXPECT_TRUE(b->supports(OpKind::put, DType::f64, DeviceType::cuda));  // bytes: no dtype
   } else {
     expect_error([] { get_backend("cuda"); }, ErrorCode::BackendUnavailable,
                  {"cuda", "libcuda.so.1"});

@@ -315,8 +315,14 @@ TEST(Registry, PluginsLoadOrSayWhy) {
   EXPECT_EQ(avail[0], "host");
   EXPECT_NE(std::find(avail.begin(), avail.end(), "testplugin"), avail.end());
   EXPECT_EQ(std::find(avail.begin(), avail.end(), "badabi"), avail.end());
-  EXPECT_TRUE(get_backend("host")->supports(OpKind::all_reduce, DType::bf16));
-  EXPECT_TRUE(get_backend("host")->supports(OpKind::all_to_all_v, DType::i64));
+  EXPECT_TRUE(get_backend("host")->supports(OpKind::all_reduce, DType::bf16, DeviceType::cpu));
+  EXPECT_TRUE(get_backend("host")->supports(OpKind::all_to_all_v, DType::i64, DeviceType::cpu));
+  EXPECT_FALSE(get_backend("host")->supports(OpKind::all_reduce, DType::f32, DeviceType::cuda));
+  auto plugin = get_backend("testplugin");  // its rule: CPU barriers
+  EXPECT_TRUE(plugin->serves(DeviceType::cpu));
+  EXPECT_FALSE(plugin->serves(DeviceType::cuda));
+  EXPECT_TRUE(plugin->supports(OpKind::barrier, DType::f32, DeviceType::cpu));
+  EXPECT_FALSE(plugin->supports(OpKind::all_reduce, DType::f32, DeviceType::cpu));
   EXPECT_STREQ(to_string(OpKind::reduce_scatter), "reduce_scatter");
 }
 

@@ -25,15 +25,18 @@ TEST_P(PluginLoads, LoadsAndDescribesItself) {
   }
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(std::string(b->name()), name);
-  for (OpKind k :
-       {OpKind::all_reduce, OpKind::reduce_scatter, OpKind::all_gather, OpKind::all_to_all,
-        OpKind::all_to_all_v, OpKind::broadcast, OpKind::put, OpKind::get}) {
-    EXPECT_TRUE(b->supports(k, DType::f32)) << to_string(k);
-    EXPECT_TRUE(b->supports(k, DType::bf16)) << to_string(k);
-    EXPECT_TRUE(b->supports(k, DType::f16)) << to_string(k);
-    EXPECT_FALSE(b->supports(k, DType::f64)) << to_string(k);
+  constexpr DeviceType gpu = DeviceType::cuda;
+  for (int i = 0; i < kOpCount; ++i) {
+    const OpInfo& op = op_table_rows()[i];
+    EXPECT_TRUE(b->supports(op.kind, DType::f32, gpu)) << op.name;
+    EXPECT_TRUE(b->supports(op.kind, DType::bf16, gpu)) << op.name;
+    EXPECT_TRUE(b->supports(op.kind, DType::f8e4m3, gpu)) << op.name;
+    // f64 is not reduced by the cuda kernels; untyped ops (put/get/barrier) ignore the dtype.
+    EXPECT_EQ(b->supports(op.kind, DType::f64, gpu), !op.collective()) << op.name;
+    EXPECT_FALSE(b->supports(op.kind, DType::f32, DeviceType::cpu)) << op.name;
   }
-  EXPECT_TRUE(b->supports(OpKind::barrier, DType::f32));
+  EXPECT_TRUE(b->serves(gpu));
+  EXPECT_FALSE(b->serves(DeviceType::cpu));
   auto g = Group::create(std::make_shared<HashStore>(), 0, 1);
   std::string why;
   EXPECT_FALSE(b->can_serve(g, Device::cpu(), &why));

@@ -7,12 +7,12 @@ namespace symmem::bench {
 namespace {
 
 TEST(BenchFormat, BusBandwidthFactorsMatchNcclTests) {
-  EXPECT_DOUBLE_EQ(busbw_factor(BenchOp::all_reduce, 4), 1.5);
-  EXPECT_DOUBLE_EQ(busbw_factor(BenchOp::all_reduce, 2), 1.0);
-  EXPECT_DOUBLE_EQ(busbw_factor(BenchOp::reduce_scatter, 4), 0.75);
-  EXPECT_DOUBLE_EQ(busbw_factor(BenchOp::all_gather, 8), 0.875);
-  EXPECT_DOUBLE_EQ(busbw_factor(BenchOp::all_to_all, 2), 0.5);
-  EXPECT_DOUBLE_EQ(busbw_factor(BenchOp::broadcast, 8), 1.0);
+  EXPECT_DOUBLE_EQ(busbw_factor(OpKind::all_reduce, 4), 1.5);
+  EXPECT_DOUBLE_EQ(busbw_factor(OpKind::all_reduce, 2), 1.0);
+  EXPECT_DOUBLE_EQ(busbw_factor(OpKind::reduce_scatter, 4), 0.75);
+  EXPECT_DOUBLE_EQ(busbw_factor(OpKind::all_gather, 8), 0.875);
+  EXPECT_DOUBLE_EQ(busbw_factor(OpKind::all_to_all, 2), 0.5);
+  EXPECT_DOUBLE_EQ(busbw_factor(OpKind::broadcast, 8), 1.0);
 }
 
 TEST(BenchFormat, Sizes) {
@@ -25,7 +25,7 @@ TEST(BenchFormat, Sizes) {
 }
 
 TEST(BenchFormat, RowsAndJson) {
-  Row r = make_row(BenchOp::all_reduce, 4, 1 << 20, (1 << 20) / 4, 100.0);
+  Row r = make_row(OpKind::all_reduce, 4, 1 << 20, (1 << 20) / 4, 100.0);
   EXPECT_NEAR(r.algbw_gbps, 10.48576, 1e-9);
   EXPECT_NEAR(r.busbw_gbps, 15.72864, 1e-9);
   r.backend = "host";
@@ -47,10 +47,12 @@ TEST(BenchFormat, RowsAndJson) {
   EXPECT_EQ(js.back(), '\n');
   EXPECT_EQ(js.find('\n'), js.size() - 1);
   EXPECT_NE(table_header().find("#wrong"), std::string::npos);
-  BenchOp op;
+  OpKind op;
   EXPECT_TRUE(parse_op("all_to_all_v", &op));
-  EXPECT_EQ(op, BenchOp::all_to_all_v);
+  EXPECT_EQ(op, OpKind::all_to_all_v);
   EXPECT_FALSE(parse_op("allreduce", &op));
+  EXPECT_FALSE(parse_op("barrier", &op));  // not a collective: nothing to time per byte
+  EXPECT_EQ(all_ops().size(), 6u);
 }
 
 }  // namespace

@@ -44,18 +44,29 @@ struct Options {
   std::string json;
 };
 
-const char* kUsage =
-    "usage: symmem-bench [--backend auto|host|cuda|nvshmem|nccl] [--op OP|all] [--dtype T]\n"
-    "                    [--redop sum|avg|min|max] [--algo auto|one_shot|two_shot]\n"
-    "                    [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1]\n"
-    "                    [--root R] [--mem sym|plain] [--json FILE]\n"
-    "  OP: all_reduce reduce_scatter all_gather all_to_all all_to_all_v broadcast\n"
-    "  T: f32 f64 f16 bf16 i32 i64. Sizes: bytes per rank, with K/M/G suffixes (x1024).\n"
-    "  --mem sym: buffers in symmetric memory (zero copy); plain: ordinary memory (staged).\n"
-    "  Defaults: --op all_reduce --dtype f32 --redop sum -b 4 -e 16M -f 4 -n 20 -w 5 -c 1.\n";
+// The op and dtype lists come from their tables (NOTE [op table], NOTE [dtype table]).
+std::string usage() {
+  std::string ops, types;
+  for (OpKind k : all_ops()) ops += std::string(" ") + op_name(k);
+  for (size_t i = 0; i < dtype_table_size(); ++i)
+    types += std::string(" ") + dtype_table()[i].short_name;
+  return "usage: symmem-bench [--backend auto|host|cuda|nvshmem|nccl] [--op OP|all] [--dtype T]\n"
+         "                    [--redop sum|avg|min|max] [--algo auto|one_shot|two_shot]\n"
+         "                    [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1]\n"
+         "                    [--root R] [--mem sym|plain] [--json FILE]\n"
+         "  OP:" +
+         ops +
+         "\n"
+         "  T:" +
+         types +
+         " (or their long names: float32, bfloat16, float8_e4m3fn, ...).\n"
+         "  Sizes: bytes per rank, with K/M/G suffixes (x1024).\n"
+         "  --mem sym: buffers in symmetric memory (zero copy); plain: ordinary memory (staged).\n"
+         "  Defaults: --op all_reduce --dtype f32 --redop sum -b 4 -e 16M -f 4 -n 20 -w 5 -c 1.\n";
+}
 
 [[noreturn]] void usage_error(const std::string& msg) {
-  std::cerr << "symmem-bench: " << msg << "\n" << kUsage;
+  std::cerr << "symmem-bench: " << msg << "\n" << usage();
   std::exit(2);
 }
 
@@ -69,7 +80,7 @@ Options parse(int argc, char** argv) {
     std::string a = argv[i];
     try {
       if (a == "-h" || a == "--help") {
-        std::cout << kUsage;
+        std::cout << usage();
         std::exit(0);
       } else if (a == "--backend")
         o.backend = value(i);
@@ -181,30 +192,18 @@ struct Shape {
   size_t bytes = 0;                       // reported size (bytes per rank)
 };
 
-Shape shape_of(BenchOp op, size_t size, size_t es, int n) {
+// Per-rank element counts from the op's row: `count` is the largest count whose buffers fit in
+// `size` bytes (all_to_all_v, whose blocks vary, is timed with world_size equal blocks).
+Shape shape_of(OpKind op, size_t size, size_t es, int n) {
+  using op_table::Blocks;
+  const OpInfo& row = op_info(op);
+  auto blocks = [](Blocks b) { return b == Blocks::var ? Blocks::world : b; };
+  const Blocks sb = blocks(row.send), rb = blocks(row.recv);
+  const bool per_rank = sb == Blocks::world || rb == Blocks::world;
   Shape s;
-  size_t elems = size / es;
-  switch (op) {
-    case BenchOp::all_reduce:
-    case BenchOp::broadcast:
-      s.count = s.send_elems = s.recv_elems = elems;
-      break;
-    case BenchOp::reduce_scatter:
-      s.count = elems / n;
-      s.send_elems = s.count * n;
-      s.recv_elems = s.count;
-      break;
-    case BenchOp::all_gather:
-      s.count = elems / n;
-      s.send_elems = s.count;
-      s.recv_elems = s.count * n;
-      break;
-    case BenchOp::all_to_all:
-    case BenchOp::all_to_all_v:
-      s.count = elems / n;
-      s.send_elems = s.recv_elems = s.count * n;
-      break;
-  }
+  s.count = size / es / (per_rank ? static_cast<size_t>(n) : 1);
+  s.send_elems = block_elems(sb, s.count, n);
+  s.recv_elems = block_elems(rb, s.count, n);
   s.bytes = std::max(s.send_elems, s.recv_elems) * es;
   return s;
 }
@@ -216,7 +215,7 @@ class Runner {
       : g_(g), o_(o), dt_(dt), redop_(redop), algo_(algo), device_(device), io_(io) {}
 
   // Returns false when the size is too small for this op (no row).
-  bool run(BenchOp op, size_t size, Row* row) {
+  bool run(OpKind op, size_t size, Row* row) {
     const int n = g_.world_size(), r = g_.rank();
     const size_t es = dtype_size(dt_);
     Shape s = shape_of(op, size, es, n);
@@ -238,23 +237,25 @@ class Runner {
     }
     auto once = [&] {
       switch (op) {
-        case BenchOp::all_reduce:
+        case OpKind::all_reduce:
           all_reduce(send_, recv_, s.count, dt_, redop_, g_, oo);
           break;
-        case BenchOp::reduce_scatter:
+        case OpKind::reduce_scatter:
           reduce_scatter(send_, recv_, s.count, dt_, redop_, g_, oo);
           break;
-        case BenchOp::all_gather:
+        case OpKind::all_gather:
           all_gather(send_, recv_, s.count, dt_, g_, oo);
           break;
-        case BenchOp::all_to_all:
+        case OpKind::all_to_all:
           all_to_all(send_, recv_, s.count, dt_, g_, oo);
           break;
-        case BenchOp::all_to_all_v:
+        case OpKind::all_to_all_v:
           all_to_all_v(send_, dcounts, recv_, drc, dro, s.recv_elems, dt_, g_, vo);
           break;
-        case BenchOp::broadcast:
+        case OpKind::broadcast:
           broadcast(send_, recv_, s.count, dt_, o_.root, g_, oo);
+          break;
+        default:  // all_ops() holds the collectives only
           break;
       }
     };
@@ -267,7 +268,7 @@ class Runner {
       once();
       io_.synchronize();
       wrong = count_wrong(op, s, es);
-      if (op == BenchOp::all_to_all_v) {
+      if (op == OpKind::all_to_all_v) {
         if (device_.is_cuda()) io_.download(rcounts.data(), drc, n * sizeof(int64_t));
         for (int p = 0; p < n; ++p) wrong += rcounts[p] != static_cast<int64_t>(s.count);
       }
@@ -330,10 +331,10 @@ class Runner {
     send_ = recv_ = nullptr;
   }
 
-  void fill_send(BenchOp op, const Shape& s, size_t es) {
+  void fill_send(OpKind op, const Shape& s, size_t es) {
     const int n = g_.world_size(), r = g_.rank();
     std::vector<unsigned char> host(s.send_elems * es);
-    if (op == BenchOp::broadcast && r != o_.root) {
+    if (op == OpKind::broadcast && r != o_.root) {
       // Non-root inputs are ignored; fill them with other values to catch mistakes.
       for (size_t i = 0; i < s.send_elems; ++i) encode(dt_, 100.0, &host[i * es]);
     } else {
@@ -342,7 +343,7 @@ class Runner {
     io_.upload(send_, host.data(), host.size());
   }
 
-  long long count_wrong(BenchOp op, const Shape& s, size_t es) {
+  long long count_wrong(OpKind op, const Shape& s, size_t es) {
     const int n = g_.world_size(), r = g_.rank();
     std::vector<unsigned char> host(s.recv_elems * es);
     io_.download(host.data(), recv_, host.size());
@@ -351,21 +352,23 @@ class Runner {
       double want = 0;
       size_t blk = s.count ? j / s.count : 0, i = s.count ? j % s.count : 0;
       switch (op) {
-        case BenchOp::all_reduce:
+        case OpKind::all_reduce:
           want = expected_reduce(j, n, redop_, dt_);
           break;
-        case BenchOp::reduce_scatter:
+        case OpKind::reduce_scatter:
           want = expected_reduce(r * s.count + j, n, redop_, dt_);
           break;
-        case BenchOp::all_gather:
+        case OpKind::all_gather:
           want = stored(dt_, value(static_cast<int>(blk), i, n));
           break;
-        case BenchOp::all_to_all:
-        case BenchOp::all_to_all_v:
+        case OpKind::all_to_all:
+        case OpKind::all_to_all_v:
           want = stored(dt_, value(static_cast<int>(blk), r * s.count + i, n));
           break;
-        case BenchOp::broadcast:
+        case OpKind::broadcast:
           want = stored(dt_, value(o_.root, j, n));
+          break;
+        default:
           break;
       }
       wrong += decode(dt_, &host[j * es]) != want;
@@ -389,11 +392,11 @@ class Runner {
 
 int main_impl(int argc, char** argv) {
   Options o = parse(argc, argv);
-  std::vector<BenchOp> ops;
+  std::vector<OpKind> ops;
   if (o.op == "all") {
     ops = all_ops();
   } else {
-    BenchOp one;
+    OpKind one;
     if (!parse_op(o.op, &one)) usage_error("unknown --op '" + o.op + "'");
     ops.push_back(one);
   }
@@ -438,13 +441,13 @@ int main_impl(int argc, char** argv) {
   }
   Runner runner(g, o, dt, redop, algo, device, *io);
   long long total_wrong = 0;
-  for (BenchOp op : ops) {
-    std::string algo_name = op == BenchOp::all_reduce ? to_string(algo) : "-";
+  for (OpKind op : ops) {
+    std::string algo_name = op == OpKind::all_reduce ? to_string(algo) : "-";
     std::string redop_name = is_reduction(op) ? to_string(redop) : "none";
     if (lead) {
       std::printf("#\n# op %s, algorithm %s, dtype %s, redop %s%s\n", op_name(op),
                   algo_name.c_str(), to_string(dt), redop_name.c_str(),
-                  op == BenchOp::broadcast ? (", root " + std::to_string(o.root)).c_str() : "");
+                  op == OpKind::broadcast ? (", root " + std::to_string(o.root)).c_str() : "");
       std::printf("%s", table_header().c_str());
       std::fflush(stdout);
     }

@@ -1,7 +1,8 @@
 #pragma once
 
-// Pure parts of symmem-bench: op names, nccl-tests bus-bandwidth factors, size parsing, and the
-// table/JSON row formats. Header-only so that tests can check them without running ranks.
+// Pure parts of symmem-bench: the ops it runs and their bus-bandwidth factors (from the op
+// table), size parsing, and the table/JSON row formats. Header-only so that tests can check them
+// without running ranks.
 
 #include <cstddef>
 #include <cstdint>
@@ -10,70 +11,39 @@
 #include <string>
 #include <vector>
 
+#include "symmem/op_table.hpp"
+
 namespace symmem::bench {
 
-enum class BenchOp { all_reduce, reduce_scatter, all_gather, all_to_all, all_to_all_v, broadcast };
-
-inline const std::vector<BenchOp>& all_ops() {
-  static const std::vector<BenchOp> ops = {BenchOp::all_reduce,   BenchOp::reduce_scatter,
-                                           BenchOp::all_gather,   BenchOp::all_to_all,
-                                           BenchOp::all_to_all_v, BenchOp::broadcast};
+// The ops symmem-bench runs: the collectives of the op table (NOTE [op table]), in its order.
+inline const std::vector<OpKind>& all_ops() {
+  static const std::vector<OpKind> ops = [] {
+    std::vector<OpKind> v;
+    for (int i = 0; i < kOpCount; ++i)
+      if (op_table_rows()[i].collective()) v.push_back(op_table_rows()[i].kind);
+    return v;
+  }();
   return ops;
 }
 
-inline const char* op_name(BenchOp op) {
-  switch (op) {
-    case BenchOp::all_reduce:
-      return "all_reduce";
-    case BenchOp::reduce_scatter:
-      return "reduce_scatter";
-    case BenchOp::all_gather:
-      return "all_gather";
-    case BenchOp::all_to_all:
-      return "all_to_all";
-    case BenchOp::all_to_all_v:
-      return "all_to_all_v";
-    case BenchOp::broadcast:
-      return "broadcast";
-  }
-  return "?";
+inline const char* op_name(OpKind op) {
+  return to_string(op);
 }
 
-inline bool parse_op(const std::string& s, BenchOp* out) {
-  for (BenchOp op : all_ops()) {
-    if (s == op_name(op)) {
-      *out = op;
-      return true;
-    }
-  }
-  return false;
+inline bool parse_op(const std::string& s, OpKind* out) {
+  const OpInfo* row = find_op(s);
+  if (row == nullptr || !row->collective()) return false;
+  *out = row->kind;
+  return true;
 }
 
-inline bool is_reduction(BenchOp op) {
-  return op == BenchOp::all_reduce || op == BenchOp::reduce_scatter;
+inline bool is_reduction(OpKind op) {
+  return op_info(op).reduces();
 }
 
-// Ops whose buffer is split into one block per rank (size must be a multiple of ranks * elem).
-inline bool is_blocked(BenchOp op) {
-  return op == BenchOp::reduce_scatter || op == BenchOp::all_gather || op == BenchOp::all_to_all ||
-         op == BenchOp::all_to_all_v;
-}
-
-// nccl-tests (doc/PERFORMANCE.md): busbw = algbw * factor.
-inline double busbw_factor(BenchOp op, int ranks) {
-  double n = ranks;
-  switch (op) {
-    case BenchOp::all_reduce:
-      return n > 1 ? 2.0 * (n - 1) / n : 0.0;
-    case BenchOp::reduce_scatter:
-    case BenchOp::all_gather:
-    case BenchOp::all_to_all:
-    case BenchOp::all_to_all_v:
-      return n > 1 ? (n - 1) / n : 0.0;
-    case BenchOp::broadcast:
-      return 1.0;
-  }
-  return 1.0;
+// nccl-tests (doc/PERFORMANCE.md): busbw = algbw * factor (the row's busbw column).
+inline double busbw_factor(OpKind op, int ranks) {
+  return symmem::busbw_factor(op_info(op).busbw, ranks);
 }
 
 // "4096", "4K", "4KiB", "16M", "1G" (powers of 1024). Throws std::invalid_argument.
@@ -103,7 +73,7 @@ struct Row {
   long long wrong = 0;  // -1: not checked
 };
 
-inline Row make_row(BenchOp op, int ranks, size_t bytes, size_t count, double time_us) {
+inline Row make_row(OpKind op, int ranks, size_t bytes, size_t count, double time_us) {
   Row r;
   r.op = op_name(op);
   r.ranks = ranks;

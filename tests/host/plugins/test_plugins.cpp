@@ -15,12 +15,15 @@ namespace {
 
 class TestBackend final : public symmem::Backend {
  public:
+  // Claims CPU barriers (so that the core routes CPU allocations to it); can_serve refuses.
+  TestBackend()
+      : symmem::Backend({{symmem::OpSet::of({symmem::OpKind::barrier}), symmem::DTypeSet{},
+                          symmem::DeviceTypeSet::of(symmem::DeviceType::cpu)}}) {}
   const char* name() const override { return SYMMEM_TEST_PLUGIN_NAME; }
   bool can_serve(const symmem::Group&, symmem::Device, std::string* why) const override {
     if (why != nullptr) *why = "the test plugin serves nothing";
     return false;
   }
-  bool supports(symmem::OpKind, symmem::DType) const override { return false; }
   std::shared_ptr<symmem::BackendMemory> allocate(const symmem::Group&,
                                                   const symmem::RendezvousInfo&) override {
     return nullptr;
