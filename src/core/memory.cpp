@@ -299,16 +299,14 @@ SymmetricMemory allocate_impl(const Group& group, size_t bytes, Device device,
                       "; available backends: " + (avail.empty() ? "(none)" : avail));
     }
     std::string serve_why;
-    if (!device.is_cuda() && !backend->serves(device.type)) {
-      // The selected backend serves GPU buffers only; CPU buffers (e.g. a GPU program's
-      // host-side reductions) go where auto sends them.
-      const std::string cpu_name = detail::auto_backend(group, device, nullptr);
+    std::string reroute_why;  // NOTE [CPU buffers of a GPU backend] in registry.hpp
+    const std::string serving = detail::backend_for(group, device, backend_name, &reroute_why);
+    if (!reroute_why.empty()) {
       SYMMEM_LOG(INFO, ALLOC) << "backend '" << backend_name << "' does not serve "
-                              << to_string(device) << " buffers; they use the " << cpu_name
+                              << to_string(device) << " buffers; they use the " << serving
                               << " backend";
-      why = to_string(device) + " buffers use the " + cpu_name + " backend (" + backend_name +
-            " does not serve them)";
-      backend_name = cpu_name;
+      why = reroute_why;
+      backend_name = serving;
       backend = detail::try_get_backend(backend_name, &load_why);
       SYMMEM_INTERNAL_CHECK(backend != nullptr);
     }
