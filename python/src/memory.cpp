@@ -405,9 +405,9 @@ nb::tuple shape_tuple(const std::vector<int64_t>& shape) {
   return nb::tuple(l);
 }
 
-}  // namespace
+// ---- bindings, one function per class or topic ---------------------------------------------
 
-void bind_memory(nb::module_& m) {
+void bind_device_handle(nb::module_& m) {
   nb::class_<DeviceHandle>(m, "DeviceHandle",
                            "The plain struct GPU kernels receive (symmem/device_handle.hpp); "
                            "bytes(handle) is its raw layout, to pass as a kernel argument.")
@@ -427,7 +427,9 @@ void bind_memory(nb::module_& m) {
       .def("__bytes__", [](const DeviceHandle& h) {
         return nb::bytes(reinterpret_cast<const char*>(&h), sizeof(h));
       });
+}
 
+void bind_symmetric_memory(nb::module_& m) {
   auto mem = nb::class_<SymmetricMemory>(
       m, "SymmetricMemory",
       "Handle of a symmetric allocation (or a view of one) over a group. Pointers are ints "
@@ -487,12 +489,10 @@ void bind_memory(nb::module_& m) {
                ", device=" + to_string(s.device()) + ", backend=" + s.backend() + ")";
       });
   bind_sync(mem, &mem_of_mem);
+}
 
-  auto arr = nb::class_<Array>(
-      m, "SymmetricArray",
-      "An n-d array in symmetric memory (C order). Consumers see it without a copy through "
-      "DLPack: numpy.from_dlpack(a), torch.from_dlpack(a), cupy.from_dlpack(a), "
-      "jax.dlpack.from_dlpack(a). The memory lives while the array or any consumer does.");
+// SymmetricArray: what it is (shape, dtype, where).
+void bind_array_properties(nb::class_<Array>& arr) {
   arr.def_prop_ro("shape", [](const Array& a) { return shape_tuple(a.shape); })
       .def_prop_ro("dtype", [](const Array& a) { return dtype_name(a.dtype); })
       .def_prop_ro("ndim", [](const Array& a) { return a.shape.size(); })
@@ -510,8 +510,12 @@ void bind_memory(nb::module_& m) {
       .def_prop_ro(
           "buffer_rank", [](const Array& a) { return a.buffer_rank; },
           "The rank whose buffer (or pad) this array shows.")
-      .def_prop_ro("is_signal_pad", [](const Array& a) { return a.pad; })
-      .def("data_ptr", [](const Array& a) { return reinterpret_cast<uintptr_t>(a.data()); })
+      .def_prop_ro("is_signal_pad", [](const Array& a) { return a.pad; });
+}
+
+// SymmetricArray: where its data is (this and the peers' buffers and pads, the device handle).
+void bind_array_access(nb::class_<Array>& arr) {
+  arr.def("data_ptr", [](const Array& a) { return reinterpret_cast<uintptr_t>(a.data()); })
       .def(
           "ptr",
           [](const Array& a, nb::handle peer) {
@@ -540,16 +544,20 @@ void bind_memory(nb::module_& m) {
           "peer"_a.none() = nb::none(),
           nb::sig("def signal_pad(self, peer: int | None = None) -> SymmetricArray"),
           "peer's signal pad (default: this rank's) as a uint32 array.")
-      .def("device_handle", [](const Array& a) { return a.mem.device_handle(); })
-      .def("__dlpack__", &export_dlpack, nb::kw_only(), "stream"_a.none() = nb::none(),
-           "max_version"_a.none() = nb::none(), "dl_device"_a.none() = nb::none(),
-           "copy"_a.none() = nb::none(),
-           nb::sig("def __dlpack__(self, *, stream: int | None = None, "
-                   "max_version: tuple[int, int] | None = None, "
-                   "dl_device: tuple[int, int] | None = None, copy: bool | None = None) "
-                   "-> types.CapsuleType"),
-           "DLPack export (zero copy). `stream` is accepted and ignored: symmem memory has no "
-           "pending producer work; order your own work on your stream.")
+      .def("device_handle", [](const Array& a) { return a.mem.device_handle(); });
+}
+
+// SymmetricArray: DLPack, numpy and the Python protocols.
+void bind_array_export(nb::class_<Array>& arr) {
+  arr.def("__dlpack__", &export_dlpack, nb::kw_only(), "stream"_a.none() = nb::none(),
+          "max_version"_a.none() = nb::none(), "dl_device"_a.none() = nb::none(),
+          "copy"_a.none() = nb::none(),
+          nb::sig("def __dlpack__(self, *, stream: int | None = None, "
+                  "max_version: tuple[int, int] | None = None, "
+                  "dl_device: tuple[int, int] | None = None, copy: bool | None = None) "
+                  "-> types.CapsuleType"),
+          "DLPack export (zero copy). `stream` is accepted and ignored: symmem memory has no "
+          "pending producer work; order your own work on your stream.")
       .def("__dlpack_device__", &dlpack_device)
       .def(
           "numpy",
@@ -587,8 +595,22 @@ void bind_memory(nb::module_& m) {
                (a.buffer_rank != a.mem.rank() ? ", peer=" + std::to_string(a.buffer_rank) : "") +
                ")";
       });
-  bind_sync(arr, &mem_of_array);
+}
 
+void bind_symmetric_array(nb::module_& m) {
+  auto arr = nb::class_<Array>(
+      m, "SymmetricArray",
+      "An n-d array in symmetric memory (C order). Consumers see it without a copy through "
+      "DLPack: numpy.from_dlpack(a), torch.from_dlpack(a), cupy.from_dlpack(a), "
+      "jax.dlpack.from_dlpack(a). The memory lives while the array or any consumer does.");
+  bind_array_properties(arr);
+  bind_array_access(arr);
+  bind_array_export(arr);
+  bind_sync(arr, &mem_of_array);
+}
+
+// allocate() and empty(): collective over a group.
+void bind_allocation(nb::module_& m) {
   m.def(
       "allocate",
       [](nb::handle group, size_t nbytes, nb::handle device, std::optional<std::string> backend,
@@ -640,7 +662,9 @@ void bind_memory(nb::module_& m) {
       "A new symmetric array (uninitialised; collective over group, default: the default "
       "group). device: 'cpu', 'cuda' (torch's current device when torch is imported, else the "
       "group's local rank), 'cuda:N', an int N or a torch.device.");
+}
 
+void bind_backend_selection(nb::module_& m) {
   m.def("select_backend", &select_backend, "name"_a,
         "Chooses this process's backend (auto, host, cuda, nvshmem, nccl) before the first "
         "allocation.");
@@ -657,6 +681,16 @@ void bind_memory(nb::module_& m) {
               "str]"),
       "(backend, why): the backend that serves device for group.");
   m.def("available_backends", &available_backends);
+}
+
+}  // namespace
+
+void bind_memory(nb::module_& m) {
+  bind_device_handle(m);
+  bind_symmetric_memory(m);
+  bind_symmetric_array(m);
+  bind_allocation(m);
+  bind_backend_selection(m);
 }
 
 }  // namespace symmem::py

@@ -451,10 +451,10 @@ GroupOptions group_options(std::optional<int> rank, std::optional<int> world_siz
 
 }  // namespace
 
-// ---- types, settings, stores, groups ---------------------------------------------------------
-void bind_core(nb::module_& m) {
-  m.attr("__version__") = SYMMEM_VERSION_STRING;
+// ---- types, settings, stores, groups: one function per class or topic ------------------------
+namespace {
 
+void bind_device(nb::module_& m) {
   nb::class_<Device>(m, "Device", "A device: cpu or cuda:N.")
       .def_static("cpu", &Device::cpu)
       .def_static("cuda", &Device::cuda, "index"_a)
@@ -463,7 +463,9 @@ void bind_core(nb::module_& m) {
       .def("__str__", [](const Device& d) { return to_string(d); })
       .def("__repr__", [](const Device& d) { return "symmem.Device('" + to_string(d) + "')"; })
       .def("__eq__", [](const Device& a, const Device& b) { return a == b; });
+}
 
+void bind_settings(nb::module_& m) {
   m.def(
       "settings",
       [] {
@@ -480,11 +482,11 @@ void bind_core(nb::module_& m) {
         return out;
       },
       "Every SYMMEM_* setting: a list of dicts (name, type, default, accepted, meaning).");
+}
 
-  // Stores.
-  nb::class_<Store>(m, "Store",
-                    "Key-value rendezvous store. Values are bytes (str is encoded as UTF-8). "
-                    "Timeouts are seconds or datetime.timedelta (None: SYMMEM_TIMEOUT_MS).")
+// Store's key-value operations.
+void bind_store_methods(nb::class_<Store>& store) {
+  store
       .def(
           "set",
           [](Store& s, const std::string& key, nb::handle value) {
@@ -551,17 +553,28 @@ void bind_core(nb::module_& m) {
           "keys"_a, "values"_a)
       .def("remove", &Store::remove, "key"_a, nb::call_guard<nb::gil_scoped_release>())
       .def("check", &Store::check, "keys"_a, nb::call_guard<nb::gil_scoped_release>())
-      .def("num_keys", &Store::num_keys, nb::call_guard<nb::gil_scoped_release>())
-      .def_static(
-          "connect",
-          [](const std::string& url, const std::string& token, nb::handle timeout) {
-            Millis t = to_timeout(timeout, "Store.connect");
-            nb::gil_scoped_release r;
-            return Store::connect(url, token, t);
-          },
-          "url"_a, "token"_a = "", "timeout"_a.none() = nb::none(),
-          "Connects to tcp://host:port or opens file:///path.");
+      .def("num_keys", &Store::num_keys, nb::call_guard<nb::gil_scoped_release>());
+}
 
+void bind_store(nb::module_& m) {
+  auto store =
+      nb::class_<Store>(m, "Store",
+                        "Key-value rendezvous store. Values are bytes (str is encoded as UTF-8). "
+                        "Timeouts are seconds or datetime.timedelta (None: SYMMEM_TIMEOUT_MS).");
+  bind_store_methods(store);
+  store.def_static(
+      "connect",
+      [](const std::string& url, const std::string& token, nb::handle timeout) {
+        Millis t = to_timeout(timeout, "Store.connect");
+        nb::gil_scoped_release r;
+        return Store::connect(url, token, t);
+      },
+      "url"_a, "token"_a = "", "timeout"_a.none() = nb::none(),
+      "Connects to tcp://host:port or opens file:///path.");
+}
+
+// The stores Python can make: HashStore, FileStore, TcpStore, PythonStore, and the server.
+void bind_store_types(nb::module_& m) {
   nb::class_<HashStore, Store>(m, "HashStore", "In-process store (tests, single-process groups).")
       .def(nb::init<>());
   // A factory (not a class binding) so that the module does not depend on FileStore's typeinfo.
@@ -604,12 +617,11 @@ void bind_core(nb::module_& m) {
       .def("stop", &TcpStoreServer::stop, nb::call_guard<nb::gil_scoped_release>())
       .def("serve_forever", &TcpStoreServer::serve_forever,
            nb::call_guard<nb::gil_scoped_release>());
+}
 
-  // Groups.
-  nb::class_<Group>(m, "Group",
-                    "A set of ranks that rendezvous through a Store (a cheap handle).\n\n"
-                    "Group.from_env() understands symmem-run, torchrun, mpirun (Open MPI) and "
-                    "srun; the first group it makes becomes the default group of the ops.")
+// Group.from_env and Group.create.
+void bind_group_constructors(nb::class_<Group>& group) {
+  group
       .def_static(
           "from_env",
           [](std::optional<int> rank, std::optional<int> world_size, std::optional<int> local_rank,
@@ -654,8 +666,17 @@ void bind_core(nb::module_& m) {
           nb::sig("def create(store: Store, rank: int, world_size: int, *, "
                   "local_rank: int | None = None, local_world_size: int | None = None, "
                   "timeout: float | datetime.timedelta | None = None) -> Group"),
-          "A group over an existing store with explicit rank and world size (collective).")
-      .def_prop_ro("valid", &Group::valid)
+          "A group over an existing store with explicit rank and world size (collective).");
+}
+
+void bind_group(nb::module_& m) {
+  auto group =
+      nb::class_<Group>(m, "Group",
+                        "A set of ranks that rendezvous through a Store (a cheap handle).\n\n"
+                        "Group.from_env() understands symmem-run, torchrun, mpirun (Open MPI) and "
+                        "srun; the first group it makes becomes the default group of the ops.");
+  bind_group_constructors(group);
+  group.def_prop_ro("valid", &Group::valid)
       .def_prop_ro("rank", &Group::rank)
       .def_prop_ro("world_size", &Group::world_size)
       .def_prop_ro("local_rank", &Group::local_rank)
@@ -684,7 +705,10 @@ void bind_core(nb::module_& m) {
         return "symmem.Group(rank=" + std::to_string(g.rank()) +
                ", world_size=" + std::to_string(g.world_size()) + ", name='" + g.name() + "')";
       });
+}
 
+// The group ops use when none is given.
+void bind_default_group(nb::module_& m) {
   m.def(
       "default_group",
       [] { return default_group_slot().is_valid() ? default_group_slot() : nb::none(); },
@@ -699,6 +723,19 @@ void bind_core(nb::module_& m) {
         default_group_slot() = nb::borrow(g);
       },
       "group"_a.none(), nb::sig("def set_default_group(group: Group | None) -> None"));
+}
+
+}  // namespace
+
+void bind_core(nb::module_& m) {
+  m.attr("__version__") = SYMMEM_VERSION_STRING;
+
+  bind_device(m);
+  bind_settings(m);
+  bind_store(m);
+  bind_store_types(m);
+  bind_group(m);
+  bind_default_group(m);
 }
 
 }  // namespace symmem::py

@@ -240,111 +240,110 @@ void copy_str(char* dst, size_t cap, const std::string& s) {
   dst[n] = '\0';
 }
 
-SymmetricMemory allocate_impl(const Group& group, size_t bytes, Device device,
-                              const AllocOptions& options, bool workspace) {
-  const char* op = "allocate";
-  if (!group.valid()) throw_invalid_argument(op, -1, "group", "is not a valid Group");
+// ---- allocate_impl's phases (NOTE [allocation agreement]) ------------------------------------
+
+constexpr const char* kAllocOp = "allocate";
+
+// The backend an allocation uses and why (for the log and for errors).
+struct BackendChoice {
+  std::shared_ptr<Backend> backend;
+  std::string name;
+  std::string why;
+};
+
+void check_size_and_device(int rank, size_t bytes, Device device) {
+  const char* op = kAllocOp;
+  SYMMEM_CHECK_ARG(op, rank, bytes > 0, "bytes", "= 0; an allocation needs at least one byte");
+  SYMMEM_CHECK_ARG(op, rank, bytes <= kMaxAllocationBytes, "bytes",
+                   "= " << bytes << " exceeds the largest supported allocation ("
+                        << kMaxAllocationBytes << " bytes per rank)");
+  SYMMEM_CHECK_ARG(op, rank, device.type == DeviceType::cpu || device.type == DeviceType::cuda,
+                   "device", "has unknown type " << static_cast<int>(device.type));
+  SYMMEM_CHECK_ARG(op, rank, device.index >= 0, "device",
+                   "= " << to_string(device) << " has a negative index");
+}
+
+// The signal pad bytes asked for (options, else SYMMEM_SIGNAL_PAD_BYTES), stored in `*pad_bytes`
+// before they are checked.
+void check_signal_pad(int rank, int world, const AllocOptions& options, uint64_t* pad_bytes) {
+  const char* op = kAllocOp;
+  size_t pad = options.signal_pad_bytes;
+  std::string pad_arg = "options.signal_pad_bytes";
+  if (pad == 0) {
+    pad = static_cast<size_t>(env::signal_pad_bytes());
+    pad_arg = "SYMMEM_SIGNAL_PAD_BYTES";
+  }
+  *pad_bytes = pad;
+  SYMMEM_CHECK_ARG(op, rank, pad % sizeof(uint32_t) == 0, pad_arg,
+                   "= " << pad << " is not a multiple of 4 (slots are uint32_t)");
+  SYMMEM_CHECK_ARG(op, rank, pad / sizeof(uint32_t) >= static_cast<size_t>(world), pad_arg,
+                   "= " << pad << " gives " << pad / sizeof(uint32_t) << " slots, fewer than the "
+                        << world << " one channel needs (one slot per rank); use at least "
+                        << world * sizeof(uint32_t));
+  SYMMEM_CHECK_ARG(op, rank, pad <= (size_t{1} << 30), pad_arg, "= " << pad << " exceeds 1 GiB");
+}
+
+// Picks, loads and checks the backend (NOTE [CPU buffers of a GPU backend] in registry.hpp).
+// `*c` keeps what was learnt before a throw (the name goes into the agreement record).
+void choose_backend(const Group& group, Device device, const AllocOptions& options,
+                    BackendChoice* c) {
+  const char* op = kAllocOp;
+  const int rank = group.rank();
+  std::string requested = options.backend;
+  std::string source = "AllocOptions::backend";
+  if (requested.empty() || requested == "auto") requested = selected_backend(&source);
+  SYMMEM_CHECK_ARG(op, rank, valid_backend_name(requested) || requested == "auto", "backend",
+                   "= '" << requested << "' is not a backend name");
+  c->name = resolve(requested, source, group, device, &c->why);
+  std::string load_why;
+  c->backend = detail::try_get_backend(c->name, &load_why);
+  if (!c->backend) {
+    std::string avail;
+    for (const auto& n : available_backends()) avail += (avail.empty() ? "" : ", ") + n;
+    throw_error(ErrorCode::BackendUnavailable, op, rank,
+                "backend '" + c->name + "' (" + c->why + ") is unavailable: " + load_why +
+                    "; available backends: " + (avail.empty() ? "(none)" : avail));
+  }
+  std::string reroute_why;
+  const std::string serving = detail::backend_for(group, device, c->name, &reroute_why);
+  if (!reroute_why.empty()) {
+    SYMMEM_LOG(INFO, ALLOC) << "backend '" << c->name << "' does not serve " << to_string(device)
+                            << " buffers; they use the " << serving << " backend";
+    c->why = reroute_why;
+    c->name = serving;
+    c->backend = detail::try_get_backend(c->name, &load_why);
+    SYMMEM_INTERNAL_CHECK(c->backend != nullptr);
+  }
+  std::string serve_why;
+  if (!c->backend->can_serve(group, device, &serve_why)) {
+    throw_error(ErrorCode::Unsupported, op, rank,
+                "backend '" + c->name + "' cannot serve " + to_string(device) +
+                    " buffers for group " + group.name() + ": " + serve_why);
+  }
+}
+
+// Every rank's record of allocation `seq` (this rank's alone for a group of one).
+std::vector<AllocRecord> gather_records(const Group& group, uint64_t seq, const AllocRecord& mine) {
+  if (group.world_size() <= 1) return {mine};
+  try {
+    return group_exchange(group, "symmem/alloc").all_gather(mine);
+  } catch (const Error& e) {
+    throw_error(e.code(), kAllocOp, group.rank(),
+                "ranks of group " + group.name() + " did not all join allocation #" +
+                    std::to_string(seq) + ": " + e.what());
+  }
+}
+
+// Throws, on every rank alike, when a rank failed locally or the requests differ.
+void check_agreement(const Group& group, uint64_t seq, const std::vector<AllocRecord>& all) {
   const int rank = group.rank();
   const int world = group.world_size();
-  auto state = group_state(group);
-  std::lock_guard<std::mutex> alloc_lock(state->alloc_mu);
-  const uint64_t seq = state->next_alloc++;
-
-  // Local checks: failures travel in the record so that every rank fails together.
-  AllocRecord mine{};
-  mine.seq = seq;
-  mine.bytes = bytes;
-  mine.device_type = static_cast<int32_t>(device.type);
-  mine.device_index = device.index;
-  std::shared_ptr<Backend> backend;
-  std::string backend_name, why;
-  ErrorCode local_code{};
-  std::string local_error;
-  try {
-    SYMMEM_CHECK_ARG(op, rank, bytes > 0, "bytes", "= 0; an allocation needs at least one byte");
-    SYMMEM_CHECK_ARG(op, rank, bytes <= kMaxAllocationBytes, "bytes",
-                     "= " << bytes << " exceeds the largest supported allocation ("
-                          << kMaxAllocationBytes << " bytes per rank)");
-    SYMMEM_CHECK_ARG(op, rank, device.type == DeviceType::cpu || device.type == DeviceType::cuda,
-                     "device", "has unknown type " << static_cast<int>(device.type));
-    SYMMEM_CHECK_ARG(op, rank, device.index >= 0, "device",
-                     "= " << to_string(device) << " has a negative index");
-    size_t pad = options.signal_pad_bytes;
-    std::string pad_arg = "options.signal_pad_bytes";
-    if (pad == 0) {
-      pad = static_cast<size_t>(env::signal_pad_bytes());
-      pad_arg = "SYMMEM_SIGNAL_PAD_BYTES";
-    }
-    mine.pad_bytes = pad;
-    SYMMEM_CHECK_ARG(op, rank, pad % sizeof(uint32_t) == 0, pad_arg,
-                     "= " << pad << " is not a multiple of 4 (slots are uint32_t)");
-    SYMMEM_CHECK_ARG(op, rank, pad / sizeof(uint32_t) >= static_cast<size_t>(world), pad_arg,
-                     "= " << pad << " gives " << pad / sizeof(uint32_t) << " slots, fewer than the "
-                          << world << " one channel needs (one slot per rank); use at least "
-                          << world * sizeof(uint32_t));
-    SYMMEM_CHECK_ARG(op, rank, pad <= (size_t{1} << 30), pad_arg, "= " << pad << " exceeds 1 GiB");
-    std::string requested = options.backend;
-    std::string source = "AllocOptions::backend";
-    if (requested.empty() || requested == "auto") requested = selected_backend(&source);
-    SYMMEM_CHECK_ARG(op, rank, valid_backend_name(requested) || requested == "auto", "backend",
-                     "= '" << requested << "' is not a backend name");
-    backend_name = resolve(requested, source, group, device, &why);
-    std::string load_why;
-    backend = detail::try_get_backend(backend_name, &load_why);
-    if (!backend) {
-      std::string avail;
-      for (const auto& n : available_backends()) avail += (avail.empty() ? "" : ", ") + n;
-      throw_error(ErrorCode::BackendUnavailable, op, rank,
-                  "backend '" + backend_name + "' (" + why + ") is unavailable: " + load_why +
-                      "; available backends: " + (avail.empty() ? "(none)" : avail));
-    }
-    std::string serve_why;
-    if (!device.is_cuda() && !backend->serves(device.type)) {
-      // The selected backend serves GPU buffers only; CPU buffers (e.g. a GPU program's
-      // host-side reductions) go where auto sends them.
-      const std::string cpu_name = detail::auto_backend(group, device, nullptr);
-      SYMMEM_LOG(INFO, ALLOC) << "backend '" << backend_name << "' does not serve "
-                              << to_string(device) << " buffers; they use the " << cpu_name
-                              << " backend";
-      why = to_string(device) + " buffers use the " + cpu_name + " backend (" + backend_name +
-            " does not serve them)";
-      backend_name = cpu_name;
-      backend = detail::try_get_backend(backend_name, &load_why);
-      SYMMEM_INTERNAL_CHECK(backend != nullptr);
-    }
-    if (!backend->can_serve(group, device, &serve_why)) {
-      throw_error(ErrorCode::Unsupported, op, rank,
-                  "backend '" + backend_name + "' cannot serve " + to_string(device) +
-                      " buffers for group " + group.name() + ": " + serve_why);
-    }
-  } catch (const Error& e) {
-    local_code = e.code();
-    local_error = e.what();
-    mine.error_code = static_cast<int32_t>(e.code());
-    copy_str(mine.error, sizeof(mine.error), e.what());
-  }
-  copy_str(mine.backend, sizeof(mine.backend), backend_name.empty() ? "?" : backend_name);
-
-  std::vector<AllocRecord> all;
-  if (world > 1) {
-    try {
-      all = group_exchange(group, "symmem/alloc").all_gather(mine);
-    } catch (const Error& e) {
-      throw_error(e.code(), op, rank,
-                  "ranks of group " + group.name() + " did not all join allocation #" +
-                      std::to_string(seq) + ": " + e.what());
-    }
-  } else {
-    all = {mine};
-  }
-
-  if (!local_error.empty()) throw Error(local_code, local_error);
   for (int r = 0; r < world; ++r) {
     if (all[r].error_code != 0) {
       std::ostringstream os;
       os << "rank " << r << " of group " << group.name() << " failed allocation #" << seq
          << ", so every rank fails it: " << all[r].error;
-      throw_error(static_cast<ErrorCode>(all[r].error_code), op, rank, os.str());
+      throw_error(static_cast<ErrorCode>(all[r].error_code), kAllocOp, rank, os.str());
     }
   }
   std::vector<std::string> differ;
@@ -357,46 +356,44 @@ SymmetricMemory allocate_impl(const Group& group, size_t bytes, Device device,
     if (std::strcmp(a.backend, b.backend) != 0) differ.push_back("backend");
     if (a.pad_bytes != b.pad_bytes) differ.push_back("signal pad bytes");
   }
-  if (!differ.empty()) {
-    std::sort(differ.begin(), differ.end());
-    differ.erase(std::unique(differ.begin(), differ.end()), differ.end());
-    std::ostringstream os;
-    os << "ranks of group " << group.name() << " disagree on allocation #" << seq << " (";
-    for (size_t i = 0; i < differ.size(); ++i) os << (i ? ", " : "") << differ[i];
-    os << " differ; every rank must call allocate() in the same order with the same size, "
-          "device type, backend and signal pad). Requests:";
-    for (int r = 0; r < world; ++r) {
-      if (r >= 64) {
-        os << " ... (" << world - 64 << " more)";
-        break;
-      }
-      os << " rank " << r << " " << describe_record(all[r]) << ";";
+  if (differ.empty()) return;
+  std::sort(differ.begin(), differ.end());
+  differ.erase(std::unique(differ.begin(), differ.end()), differ.end());
+  std::ostringstream os;
+  os << "ranks of group " << group.name() << " disagree on allocation #" << seq << " (";
+  for (size_t i = 0; i < differ.size(); ++i) os << (i ? ", " : "") << differ[i];
+  os << " differ; every rank must call allocate() in the same order with the same size, "
+        "device type, backend and signal pad). Requests:";
+  for (int r = 0; r < world; ++r) {
+    if (r >= 64) {
+      os << " ... (" << world - 64 << " more)";
+      break;
     }
-    throw_invalid_argument(op, rank, "bytes", os.str());
+    os << " rank " << r << " " << describe_record(all[r]) << ";";
   }
+  throw_invalid_argument(kAllocOp, rank, "bytes", os.str());
+}
 
-  {
-    auto& s = selection();
-    std::lock_guard<std::mutex> lock(s.mu);
-    ++s.allocations;
-    std::string key = backend_name + "|" + (device.is_cuda() ? "cuda" : "cpu") + "|" + why;
-    if (s.logged.insert(key).second) {
-      SYMMEM_LOG(INFO, ALLOC) << "backend '" << backend_name << "' for "
-                              << (device.is_cuda() ? "GPU" : "CPU") << " buffers (group "
-                              << group.name() << "): " << why;
-    }
+// Counts the allocation (select_backend() refuses a change after the first) and logs each
+// distinct choice once.
+void note_backend_choice(const Group& group, Device device, const BackendChoice& c) {
+  auto& s = selection();
+  std::lock_guard<std::mutex> lock(s.mu);
+  ++s.allocations;
+  std::string key = c.name + "|" + (device.is_cuda() ? "cuda" : "cpu") + "|" + c.why;
+  if (s.logged.insert(key).second) {
+    SYMMEM_LOG(INFO, ALLOC) << "backend '" << c.name << "' for "
+                            << (device.is_cuda() ? "GPU" : "CPU") << " buffers (group "
+                            << group.name() << "): " << c.why;
   }
+}
 
-  RendezvousInfo info;
-  info.alloc_id = seq;
-  info.bytes = bytes;
-  info.signal_pad_bytes = mine.pad_bytes;
-  info.device = device;
-  info.timeout = group.timeout();  // resolved (> 0) by Group::create
-
+// The allocation's metadata, before its backend memory exists.
+std::shared_ptr<detail::Allocation> new_allocation(const Group& group, const RendezvousInfo& info,
+                                                   const BackendChoice& c, bool workspace) {
   auto a = std::make_shared<detail::Allocation>();
-  a->backend = backend;
-  a->backend_name = backend_name;
+  a->backend = c.backend;
+  a->backend_name = c.name;
   if (workspace) {
     // Aliasing constructor with an empty owner: a non-owning handle on the group.
     a->group =
@@ -405,24 +402,70 @@ SymmetricMemory allocate_impl(const Group& group, size_t bytes, Device device,
     a->group = group;
   }
   a->group_key = group.impl().get();
-  a->device = device;
-  if (!workspace) group.impl()->last_alloc_device.store(device.is_cuda() ? device.index : -1);
-  a->bytes = bytes;
-  a->pad_bytes = mine.pad_bytes;
-  a->alloc_id = seq;
-  a->rank = rank;
-  a->world_size = world;
+  a->device = info.device;
+  if (!workspace) {
+    group.impl()->last_alloc_device.store(info.device.is_cuda() ? info.device.index : -1);
+  }
+  a->bytes = info.bytes;
+  a->pad_bytes = info.signal_pad_bytes;
+  a->alloc_id = info.alloc_id;
+  a->rank = group.rank();
+  a->world_size = group.world_size();
   a->timeout = info.timeout;
   a->workspace = workspace;
-  {
-    std::ostringstream os;
-    os << (workspace ? "workspace " : "") << "allocation #" << seq << " of group " << group.name()
-       << " (" << bytes << " bytes, " << to_string(device) << ", " << backend_name << ")";
-    a->label = os.str();
+  std::ostringstream os;
+  os << (workspace ? "workspace " : "") << "allocation #" << info.alloc_id << " of group "
+     << group.name() << " (" << info.bytes << " bytes, " << to_string(info.device) << ", " << c.name
+     << ")";
+  a->label = os.str();
+  return a;
+}
+
+SymmetricMemory allocate_impl(const Group& group, size_t bytes, Device device,
+                              const AllocOptions& options, bool workspace) {
+  const char* op = kAllocOp;
+  if (!group.valid()) throw_invalid_argument(op, -1, "group", "is not a valid Group");
+  const int rank = group.rank();
+  auto state = group_state(group);
+  std::lock_guard<std::mutex> alloc_lock(state->alloc_mu);
+  const uint64_t seq = state->next_alloc++;
+
+  // Local checks: failures travel in the record so that every rank fails together.
+  AllocRecord mine{};
+  mine.seq = seq;
+  mine.bytes = bytes;
+  mine.device_type = static_cast<int32_t>(device.type);
+  mine.device_index = device.index;
+  BackendChoice choice;
+  ErrorCode local_code{};
+  std::string local_error;
+  try {
+    check_size_and_device(rank, bytes, device);
+    check_signal_pad(rank, group.world_size(), options, &mine.pad_bytes);
+    choose_backend(group, device, options, &choice);
+  } catch (const Error& e) {
+    local_code = e.code();
+    local_error = e.what();
+    mine.error_code = static_cast<int32_t>(e.code());
+    copy_str(mine.error, sizeof(mine.error), e.what());
   }
-  a->mem = backend->allocate(group, info);
+  copy_str(mine.backend, sizeof(mine.backend), choice.name.empty() ? "?" : choice.name);
+
+  const std::vector<AllocRecord> all = gather_records(group, seq, mine);
+  if (!local_error.empty()) throw Error(local_code, local_error);
+  check_agreement(group, seq, all);
+  note_backend_choice(group, device, choice);
+
+  RendezvousInfo info;
+  info.alloc_id = seq;
+  info.bytes = bytes;
+  info.signal_pad_bytes = mine.pad_bytes;
+  info.device = device;
+  info.timeout = group.timeout();  // resolved (> 0) by Group::create
+  auto a = new_allocation(group, info, choice, workspace);
+  a->mem = choice.backend->allocate(group, info);
   SYMMEM_CHECK(op, rank, a->mem != nullptr, ErrorCode::Internal,
-               "backend '" << backend_name << "' returned no memory");
+               "backend '" << choice.name << "' returned no memory");
   register_range(a);
   SYMMEM_LOG(TRACE, ALLOC) << "rank " << rank << ": " << a->label << " ready";
   auto impl = std::make_shared<SymmetricMemory::Impl>();

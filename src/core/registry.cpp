@@ -24,6 +24,7 @@
 #include "symmem/backend.hpp"
 #include "symmem/env.hpp"
 #include "symmem/error.hpp"
+#include "symmem/memory.hpp"
 
 namespace symmem {
 
@@ -188,7 +189,7 @@ std::string auto_backend(const Group& group, Device device, std::string* why) {
                    [](const Shipped* a, const Shipped* b) { return a->priority > b->priority; });
   const std::string what = std::string(device.is_cuda() ? "GPU" : "CPU") + " buffers" +
                            (one_host ? "" : ", ranks on several hosts");
-  if (cands.empty()) {  // not reached with the list above
+  if (cands.empty()) {  // a DeviceType outside the enum, which only resolve_backend() passes on
     if (why != nullptr) *why = "auto: no backend serves " + what;
     return "host";
   }
@@ -203,6 +204,22 @@ std::string auto_backend(const Group& group, Device device, std::string* why) {
   }
   if (why != nullptr) *why = "auto: " + what + ": " + cands.front()->name + skipped;
   return cands.front()->name;
+}
+
+std::string backend_for(const Group& group, Device device, const std::string& chosen,
+                        std::string* why) {
+  if (device.is_cuda()) return chosen;
+  auto b = try_get_backend(chosen, nullptr);
+  if (b == nullptr || b->serves(device.type)) return chosen;
+  std::string name = auto_backend(group, device, nullptr);
+  if (why != nullptr)
+    *why = to_string(device) + " buffers use the " + name + " backend (" + chosen +
+           " does not serve them)";
+  return name;
+}
+
+std::string backend_for(const Group& group, Device device) {
+  return backend_for(group, device, resolve_backend(group, device));
 }
 
 std::shared_ptr<Backend> try_get_backend(const std::string& name, std::string* why) {

@@ -144,269 +144,335 @@ int find_device_by_uuid(const Driver& cu, const unsigned char* uuid) {
 
 }  // namespace
 
+// create()'s phases (NOTE [cuda rendezvous]) and the state they share. Members are destroyed in
+// reverse order: on a throw the exported fd is closed, then the device guard restores the
+// current device, then `m` releases whatever was reserved, mapped and uploaded.
+struct CudaMemory::Rendezvous {
+  Rendezvous(const Group& g, const RendezvousInfo& i)
+      : group(g),
+        info(i),
+        rank(g.rank()),
+        world(g.world_size()),
+        timeout(i.timeout),
+        ex(g.store(), g.name() + "/cuda/a" + std::to_string(i.alloc_id), rank, world, timeout),
+        m(new CudaMemory()) {
+    m->rank_ = rank;
+    m->world_ = world;
+    m->device_ = info.device.index;
+    m->bytes_ = info.bytes;
+    m->pad_bytes_ = info.signal_pad_bytes;
+    m->mapped_.assign(world, 0);
+  }
+
+  void check_locally();
+  void check_rank_table() const;
+  void check_shared_gpus() const;
+  void check_peer_access() const;
+  void create_and_export();
+  void send_fd(IpcChannel& ipc, const std::string& tag);
+  void import_peers(IpcChannel& ipc, const std::string& tag);
+  void upload_tables();
+
+  const Group& group;
+  const RendezvousInfo& info;
+  const int rank;
+  const int world;
+  const Millis timeout;  // resolved by the core (the group's timeout, > 0)
+  StoreExchange ex;
+  std::shared_ptr<CudaMemory> m;
+  RankInfo mine{};
+  std::vector<RankInfo> all;
+  const Driver* cu = nullptr;
+  std::optional<DeviceGuard> guard;  // on m's device from check_locally() to the end
+  Fd my_fd;                          // this rank's exported memory, until sent to every peer
+};
+
+// Phase 1, locally: driver, device index, VMM and POSIX-fd handle support, pad size; fills
+// `mine`.
+void CudaMemory::Rendezvous::check_locally() {
+  cu = &driver();
+  mine.allow_shared = env::allow_shared_gpu() ? 1 : 0;
+  int count = 0;
+  SYMMEM_CUDART_CHECK(kOp, rank, cudaGetDeviceCount(&count));
+  SYMMEM_CHECK_ARG(kOp, rank,
+                   info.device.is_cuda() && info.device.index >= 0 && info.device.index < count,
+                   "device",
+                   "is " << to_string(info.device) << "; this process sees " << count
+                         << " GPU(s) (cuda:0..cuda:" << count - 1 << ")");
+  guard.emplace(m->device_);
+  SYMMEM_CUDART_CHECK(kOp, rank, cudaFree(nullptr));  // creates the primary context
+  CUdevice dev;
+  SYMMEM_CU_CHECK(kOp, rank, cu->cuDeviceGet(&dev, m->device_));
+  CUuuid uuid;
+  SYMMEM_CU_CHECK(kOp, rank, cu->cuDeviceGetUuid(&uuid, dev));
+  std::memcpy(mine.uuid, uuid.bytes, 16);
+  char pci[32] = {0};
+  if (cu->cuDeviceGetPCIBusId(pci, sizeof(pci), dev) == CUDA_SUCCESS) copy_text(mine.pci, pci);
+  int vmm = 0, fd_ok = 0;
+  SYMMEM_CU_CHECK(
+      kOp, rank,
+      cu->cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev));
+  SYMMEM_CU_CHECK(
+      kOp, rank,
+      cu->cuDeviceGetAttribute(
+          &fd_ok, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev));
+  SYMMEM_CHECK(kOp, rank, vmm != 0, ErrorCode::Unsupported,
+               "cuda: " << to_string(info.device)
+                        << " does not support CUDA virtual memory "
+                           "management (cuMemCreate), which the cuda backend needs; use "
+                           "SYMMEM_BACKEND=nccl or nvshmem");
+  SYMMEM_CHECK(kOp, rank, fd_ok != 0, ErrorCode::Unsupported,
+               "cuda: " << to_string(info.device)
+                        << " cannot export memory as POSIX file "
+                           "descriptors (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), which the cuda "
+                           "backend needs to share memory between processes; use "
+                           "SYMMEM_BACKEND=nccl or nvshmem");
+  SYMMEM_CHECK_ARG(kOp, rank, info.signal_pad_bytes / 4 >= static_cast<size_t>(world),
+                   "signal_pad_bytes",
+                   "is " << info.signal_pad_bytes << ": a pad needs at least world_size (" << world
+                         << ") 4-byte slots; raise SYMMEM_SIGNAL_PAD_BYTES");
+  copy_text(mine.address, IpcChannel::instance(group.global_rank(rank)).address());
+}
+
+// Phase 1, on the gathered table: the same checks on every rank, so every rank fails the same way.
+void CudaMemory::Rendezvous::check_rank_table() const {
+  std::ostringstream errs;
+  ErrorCode code = ErrorCode::Internal;
+  int failed = 0;
+  for (int r = 0; r < world; ++r) {
+    if (all[r].code == 0) continue;
+    if (failed++ == 0) code = static_cast<ErrorCode>(all[r].code);
+    errs << (failed > 1 ? "; " : "") << "[rank " << r << "] " << all[r].message;
+  }
+  if (failed > 0) {
+    throw_error(code, kOp, rank,
+                "cuda backend unusable on " + std::to_string(failed) + " rank(s): " + errs.str());
+  }
+  for (int r = 0; r < world; ++r) {
+    SYMMEM_CHECK_ARG(kOp, rank,
+                     all[r].bytes == all[0].bytes && all[r].pad_bytes == all[0].pad_bytes, "bytes",
+                     "differs between ranks: rank 0 asked for "
+                         << all[0].bytes << " bytes (+" << all[0].pad_bytes << " pad bytes), rank "
+                         << r << " for " << all[r].bytes << " (+" << all[r].pad_bytes << ")");
+  }
+  SYMMEM_CHECK(kOp, rank, group.single_host(), ErrorCode::Unsupported,
+               "the cuda backend needs every rank of the group on one host (this group spans "
+               "several hosts); use SYMMEM_BACKEND=nvshmem or nccl across hosts");
+  check_shared_gpus();
+}
+
+// Several ranks on one GPU only when every rank allows it (SYMMEM_ALLOW_SHARED_GPU).
+void CudaMemory::Rendezvous::check_shared_gpus() const {
+  for (int a = 0; a < world; ++a) {
+    for (int b = a + 1; b < world; ++b) {
+      if (std::memcmp(all[a].uuid, all[b].uuid, 16) != 0) continue;
+      bool allowed = true;
+      std::string lacking;
+      for (int r = 0; r < world; ++r) {
+        if (!all[r].allow_shared) {
+          allowed = false;
+          lacking += (lacking.empty() ? "" : ",") + std::to_string(r);
+        }
+      }
+      SYMMEM_CHECK(kOp, rank, allowed, ErrorCode::InvalidArgument,
+                   "ranks " << a << " and " << b << " use the same GPU (" << uuid_text(all[a].uuid)
+                            << ", cuda:" << all[a].device << " / cuda:" << all[b].device
+                            << "); several ranks on one GPU are refused by default. Set "
+                               "SYMMEM_ALLOW_SHARED_GPU=1 on every rank to allow it (not set "
+                               "on rank(s) "
+                            << lacking
+                            << "); kernels of different processes then only run concurrently "
+                               "under MPS");
+      break;
+    }
+  }
+}
+
+// Phase 2: peer access from this rank's GPU to every other rank's GPU.
+void CudaMemory::Rendezvous::check_peer_access() const {
+  for (int p = 0; p < world; ++p) {
+    if (p == rank || std::memcmp(all[p].uuid, mine.uuid, 16) == 0) continue;
+    int other = find_device_by_uuid(*cu, all[p].uuid);
+    SYMMEM_CHECK(kOp, rank, other >= 0, ErrorCode::Unsupported,
+                 "rank " << p << "'s GPU " << uuid_text(all[p].uuid) << " (PCI " << all[p].pci
+                         << ") is not visible in this process (CUDA_VISIBLE_DEVICES?), so rank "
+                         << rank << " cannot map its memory");
+    CUdevice mine_dev, other_dev;
+    SYMMEM_CU_CHECK(kOp, rank, cu->cuDeviceGet(&mine_dev, m->device_));
+    SYMMEM_CU_CHECK(kOp, rank, cu->cuDeviceGet(&other_dev, other));
+    int can = 0;
+    SYMMEM_CU_CHECK(kOp, rank, cu->cuDeviceCanAccessPeer(&can, mine_dev, other_dev));
+    SYMMEM_CHECK(kOp, rank, can != 0, ErrorCode::Unsupported,
+                 "no peer access from rank " << rank << "'s GPU cuda:" << m->device_ << " (PCI "
+                                             << mine.pci << ") to rank " << p << "'s GPU (PCI "
+                                             << all[p].pci
+                                             << "); the cuda backend needs peer access between "
+                                                "every pair of GPUs (use nccl or nvshmem)");
+  }
+}
+
+// Phase 2: creates this rank's memory, reserves the range of all ranks, maps and zeroes its own
+// part, exports the fd.
+void CudaMemory::Rendezvous::create_and_export() {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = m->device_;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  size_t gran = 0;
+  SYMMEM_CU_CHECK(
+      kOp, rank,
+      cu->cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+  if (gran == 0) gran = 2u << 20;
+  m->pad_offset_ = align_up(std::max<size_t>(m->bytes_, 1), kPadAlign);
+  m->stride_ = align_up(m->pad_offset_ + m->pad_bytes_, gran);
+  CUdeviceptr base = 0;
+  SYMMEM_CU_CHECK(kOp, rank, cu->cuMemAddressReserve(&base, m->stride_ * world, gran, 0, 0));
+  m->base_ = static_cast<uintptr_t>(base);
+  CUmemGenericAllocationHandle h;
+  CUresult r = cu->cuMemCreate(&h, m->stride_, &prop, 0);
+  if (r == CUDA_ERROR_NOT_SUPPORTED) {
+    throw_error(ErrorCode::Unsupported, kOp, rank,
+                "cuMemCreate with POSIX file-descriptor handles is not supported on " +
+                    to_string(info.device) + " (" + cu_error_text(r) +
+                    "); use SYMMEM_BACKEND=nccl or nvshmem");
+  }
+  if (r != CUDA_SUCCESS) {
+    throw_cu_error(
+        kOp, rank,
+        ("cuMemCreate(" + std::to_string(m->stride_) + " bytes on " + to_string(info.device) + ")")
+            .c_str(),
+        r, SYMMEM_WHERE);
+  }
+  const CUdeviceptr own = base + static_cast<CUdeviceptr>(rank) * m->stride_;
+  r = cu->cuMemMap(own, m->stride_, 0, h, 0);
+  if (r == CUDA_SUCCESS) {
+    m->mapped_[rank] = 1;
+    int fd = -1;
+    r = cu->cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (r == CUDA_SUCCESS) my_fd = Fd(fd);
+  }
+  SYMMEM_CU_WARN(cu->cuMemRelease(h));  // the mapping keeps the memory alive
+  if (r != CUDA_SUCCESS)
+    throw_cu_error(kOp, rank, "cuMemMap/cuMemExportToShareableHandle", r, SYMMEM_WHERE);
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = m->device_;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  SYMMEM_CU_CHECK(kOp, rank, cu->cuMemSetAccess(own, m->stride_, &access, 1));
+  SYMMEM_CU_CHECK(kOp, rank, cu->cuMemsetD8(own, 0, m->stride_));
+  SYMMEM_CU_CHECK(kOp, rank, cu->cuCtxSynchronize());
+}
+
+// Phase 3: sends this rank's fd (and its stride) to every peer, then closes it; the first
+// failure is thrown after every peer was tried.
+void CudaMemory::Rendezvous::send_fd(IpcChannel& ipc, const std::string& tag) {
+  Bytes payload(sizeof(uint64_t));
+  const uint64_t stride64 = m->stride_;
+  std::memcpy(payload.data(), &stride64, sizeof(stride64));
+  std::optional<LocalError> send_error;
+  for (int k = 1; k < world; ++k) {
+    const int p = (rank + k) % world;
+    auto e = capture([&] {
+      ipc.send_fds(all[p].address, p, tag + std::to_string(rank) + ">" + std::to_string(p),
+                   {my_fd.get()}, payload, timeout);
+    });
+    if (e && !send_error) send_error = e;
+  }
+  my_fd.reset();
+  if (send_error) throw Error(send_error->code, send_error->message);
+}
+
+// Phase 3: receives every peer's fd, imports it and maps it at base + peer * stride with
+// read/write access for this rank's device.
+void CudaMemory::Rendezvous::import_peers(IpcChannel& ipc, const std::string& tag) {
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = m->device_;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  for (int k = 1; k < world; ++k) {
+    const int p = (rank + world - k) % world;
+    Bytes got;
+    auto fds = ipc.recv_fds(tag + std::to_string(p) + ">" + std::to_string(rank), p, &got, timeout);
+    std::vector<Fd> owned;
+    for (int fd : fds) owned.emplace_back(fd);
+    SYMMEM_CHECK(kOp, rank, owned.size() == 1 && got.size() == sizeof(uint64_t),
+                 ErrorCode::Internal,
+                 "rank " << p << " sent " << owned.size() << " fds and " << got.size()
+                         << " payload bytes; expected one fd and 8 bytes");
+    uint64_t their_stride = 0;
+    std::memcpy(&their_stride, got.data(), sizeof(their_stride));
+    SYMMEM_CHECK(kOp, rank, their_stride == m->stride_, ErrorCode::InvalidArgument,
+                 "rank " << p << " allocated " << their_stride << " bytes per rank, rank " << rank
+                         << " " << m->stride_ << " (sizes or GPUs differ)");
+    CUmemGenericAllocationHandle h;
+    SYMMEM_CU_CHECK(kOp, rank,
+                    cu->cuMemImportFromShareableHandle(
+                        &h, reinterpret_cast<void*>(static_cast<uintptr_t>(owned[0].get())),
+                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    owned.clear();
+    const CUdeviceptr at = m->base_ + static_cast<CUdeviceptr>(p) * m->stride_;
+    CUresult r = cu->cuMemMap(at, m->stride_, 0, h, 0);
+    SYMMEM_CU_WARN(cu->cuMemRelease(h));
+    if (r != CUDA_SUCCESS) throw_cu_error(kOp, rank, "cuMemMap(peer part)", r, SYMMEM_WHERE);
+    m->mapped_[p] = 1;
+    SYMMEM_CU_CHECK(kOp, rank, cu->cuMemSetAccess(at, m->stride_, &access, 1));
+  }
+}
+
+// Phase 3: uploads the device pointer tables of every rank's buffer and pad.
+void CudaMemory::Rendezvous::upload_tables() {
+  std::vector<void*> buffers(world);
+  std::vector<uint32_t*> pads(world);
+  for (int p = 0; p < world; ++p) {
+    char* part = reinterpret_cast<char*>(m->base_ + p * m->stride_);
+    buffers[p] = part;
+    pads[p] = reinterpret_cast<uint32_t*>(part + m->pad_offset_);
+  }
+  m->tables_ = std::make_unique<PeerTables>(m->device_, rank, buffers, pads);
+  (void)timeout_record();  // created now, not inside a later graph capture
+}
+
 std::shared_ptr<CudaMemory> CudaMemory::create(const Group& group, const RendezvousInfo& info) {
-  const int rank = group.rank();
-  const int world = group.world_size();
-  const Millis timeout = info.timeout;  // resolved by the core (the group's timeout, > 0)
-  StoreExchange ex(group.store(), group.name() + "/cuda/a" + std::to_string(info.alloc_id), rank,
-                   world, timeout);
-  std::shared_ptr<CudaMemory> m(new CudaMemory());
-  m->rank_ = rank;
-  m->world_ = world;
-  m->device_ = info.device.index;
-  m->bytes_ = info.bytes;
-  m->pad_bytes_ = info.signal_pad_bytes;
-  m->mapped_.assign(world, 0);
+  Rendezvous rv(group, info);
 
   // ---- phase 1: local checks and the table of ranks --------------------------------------
-  RankInfo mine{};
-  mine.device = info.device.index;
-  mine.pid = static_cast<int32_t>(::getpid());
-  mine.bytes = info.bytes;
-  mine.pad_bytes = info.signal_pad_bytes;
-  const Driver* cu = nullptr;
-  std::optional<DeviceGuard> guard;
-  auto local = capture([&] {
-    cu = &driver();
-    mine.allow_shared = env::allow_shared_gpu() ? 1 : 0;
-    int count = 0;
-    SYMMEM_CUDART_CHECK(kOp, rank, cudaGetDeviceCount(&count));
-    SYMMEM_CHECK_ARG(kOp, rank,
-                     info.device.is_cuda() && info.device.index >= 0 && info.device.index < count,
-                     "device",
-                     "is " << to_string(info.device) << "; this process sees " << count
-                           << " GPU(s) (cuda:0..cuda:" << count - 1 << ")");
-    guard.emplace(m->device_);
-    SYMMEM_CUDART_CHECK(kOp, rank, cudaFree(nullptr));  // creates the primary context
-    CUdevice dev;
-    SYMMEM_CU_CHECK(kOp, rank, cu->cuDeviceGet(&dev, m->device_));
-    CUuuid uuid;
-    SYMMEM_CU_CHECK(kOp, rank, cu->cuDeviceGetUuid(&uuid, dev));
-    std::memcpy(mine.uuid, uuid.bytes, 16);
-    char pci[32] = {0};
-    if (cu->cuDeviceGetPCIBusId(pci, sizeof(pci), dev) == CUDA_SUCCESS) copy_text(mine.pci, pci);
-    int vmm = 0, fd_ok = 0;
-    SYMMEM_CU_CHECK(kOp, rank,
-                    cu->cuDeviceGetAttribute(
-                        &vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev));
-    SYMMEM_CU_CHECK(
-        kOp, rank,
-        cu->cuDeviceGetAttribute(
-            &fd_ok, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev));
-    SYMMEM_CHECK(kOp, rank, vmm != 0, ErrorCode::Unsupported,
-                 "cuda: " << to_string(info.device)
-                          << " does not support CUDA virtual memory "
-                             "management (cuMemCreate), which the cuda backend needs; use "
-                             "SYMMEM_BACKEND=nccl or nvshmem");
-    SYMMEM_CHECK(
-        kOp, rank, fd_ok != 0, ErrorCode::Unsupported,
-        "cuda: " << to_string(info.device)
-                 << " cannot export memory as POSIX file "
-                    "descriptors (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), which the cuda "
-                    "backend needs to share memory between processes; use "
-                    "SYMMEM_BACKEND=nccl or nvshmem");
-    SYMMEM_CHECK_ARG(kOp, rank, info.signal_pad_bytes / 4 >= static_cast<size_t>(world),
-                     "signal_pad_bytes",
-                     "is " << info.signal_pad_bytes << ": a pad needs at least world_size ("
-                           << world << ") 4-byte slots; raise SYMMEM_SIGNAL_PAD_BYTES");
-    copy_text(mine.address, IpcChannel::instance(group.global_rank(rank)).address());
-  });
+  rv.mine.device = info.device.index;
+  rv.mine.pid = static_cast<int32_t>(::getpid());
+  rv.mine.bytes = info.bytes;
+  rv.mine.pad_bytes = info.signal_pad_bytes;
+  auto local = capture([&] { rv.check_locally(); });
   if (local) {
-    mine.code = static_cast<int32_t>(local->code);
-    copy_text(mine.message, local->message);
+    rv.mine.code = static_cast<int32_t>(local->code);
+    copy_text(rv.mine.message, local->message);
   }
-  const auto all = ex.all_gather(mine);
-
-  {  // the same checks on the same table: every rank fails the same way
-    std::ostringstream errs;
-    ErrorCode code = ErrorCode::Internal;
-    int failed = 0;
-    for (int r = 0; r < world; ++r) {
-      if (all[r].code == 0) continue;
-      if (failed++ == 0) code = static_cast<ErrorCode>(all[r].code);
-      errs << (failed > 1 ? "; " : "") << "[rank " << r << "] " << all[r].message;
-    }
-    if (failed > 0) {
-      throw_error(code, kOp, rank,
-                  "cuda backend unusable on " + std::to_string(failed) + " rank(s): " + errs.str());
-    }
-    for (int r = 0; r < world; ++r) {
-      SYMMEM_CHECK_ARG(
-          kOp, rank, all[r].bytes == all[0].bytes && all[r].pad_bytes == all[0].pad_bytes, "bytes",
-          "differs between ranks: rank 0 asked for "
-              << all[0].bytes << " bytes (+" << all[0].pad_bytes << " pad bytes), rank " << r
-              << " for " << all[r].bytes << " (+" << all[r].pad_bytes << ")");
-    }
-    SYMMEM_CHECK(kOp, rank, group.single_host(), ErrorCode::Unsupported,
-                 "the cuda backend needs every rank of the group on one host (this group spans "
-                 "several hosts); use SYMMEM_BACKEND=nvshmem or nccl across hosts");
-    for (int a = 0; a < world; ++a) {
-      for (int b = a + 1; b < world; ++b) {
-        if (std::memcmp(all[a].uuid, all[b].uuid, 16) != 0) continue;
-        bool allowed = true;
-        std::string lacking;
-        for (int r = 0; r < world; ++r) {
-          if (!all[r].allow_shared) {
-            allowed = false;
-            lacking += (lacking.empty() ? "" : ",") + std::to_string(r);
-          }
-        }
-        SYMMEM_CHECK(kOp, rank, allowed, ErrorCode::InvalidArgument,
-                     "ranks " << a << " and " << b << " use the same GPU ("
-                              << uuid_text(all[a].uuid) << ", cuda:" << all[a].device
-                              << " / cuda:" << all[b].device
-                              << "); several ranks on one GPU are refused by default. Set "
-                                 "SYMMEM_ALLOW_SHARED_GPU=1 on every rank to allow it (not set "
-                                 "on rank(s) "
-                              << lacking
-                              << "); kernels of different processes then only run concurrently "
-                                 "under MPS");
-        break;
-      }
-    }
-  }
+  rv.all = rv.ex.all_gather(rv.mine);
+  rv.check_rank_table();
 
   // ---- phase 2: peer access, create, reserve, map own part, export -----------------------
-  Fd my_fd;
   local = capture([&] {
-    for (int p = 0; p < world; ++p) {
-      if (p == rank || std::memcmp(all[p].uuid, mine.uuid, 16) == 0) continue;
-      int other = find_device_by_uuid(*cu, all[p].uuid);
-      SYMMEM_CHECK(kOp, rank, other >= 0, ErrorCode::Unsupported,
-                   "rank " << p << "'s GPU " << uuid_text(all[p].uuid) << " (PCI " << all[p].pci
-                           << ") is not visible in this process (CUDA_VISIBLE_DEVICES?), so rank "
-                           << rank << " cannot map its memory");
-      CUdevice mine_dev, other_dev;
-      SYMMEM_CU_CHECK(kOp, rank, cu->cuDeviceGet(&mine_dev, m->device_));
-      SYMMEM_CU_CHECK(kOp, rank, cu->cuDeviceGet(&other_dev, other));
-      int can = 0;
-      SYMMEM_CU_CHECK(kOp, rank, cu->cuDeviceCanAccessPeer(&can, mine_dev, other_dev));
-      SYMMEM_CHECK(kOp, rank, can != 0, ErrorCode::Unsupported,
-                   "no peer access from rank " << rank << "'s GPU cuda:" << m->device_ << " (PCI "
-                                               << mine.pci << ") to rank " << p << "'s GPU (PCI "
-                                               << all[p].pci
-                                               << "); the cuda backend needs peer access between "
-                                                  "every pair of GPUs (use nccl or nvshmem)");
-    }
-    CUmemAllocationProp prop{};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = m->device_;
-    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    size_t gran = 0;
-    SYMMEM_CU_CHECK(
-        kOp, rank,
-        cu->cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
-    if (gran == 0) gran = 2u << 20;
-    m->pad_offset_ = align_up(std::max<size_t>(m->bytes_, 1), kPadAlign);
-    m->stride_ = align_up(m->pad_offset_ + m->pad_bytes_, gran);
-    CUdeviceptr base = 0;
-    SYMMEM_CU_CHECK(kOp, rank, cu->cuMemAddressReserve(&base, m->stride_ * world, gran, 0, 0));
-    m->base_ = static_cast<uintptr_t>(base);
-    CUmemGenericAllocationHandle h;
-    CUresult r = cu->cuMemCreate(&h, m->stride_, &prop, 0);
-    if (r == CUDA_ERROR_NOT_SUPPORTED) {
-      throw_error(ErrorCode::Unsupported, kOp, rank,
-                  "cuMemCreate with POSIX file-descriptor handles is not supported on " +
-                      to_string(info.device) + " (" + cu_error_text(r) +
-                      "); use SYMMEM_BACKEND=nccl or nvshmem");
-    }
-    if (r != CUDA_SUCCESS) {
-      throw_cu_error(kOp, rank,
-                     ("cuMemCreate(" + std::to_string(m->stride_) + " bytes on " +
-                      to_string(info.device) + ")")
-                         .c_str(),
-                     r, SYMMEM_WHERE);
-    }
-    const CUdeviceptr own = base + static_cast<CUdeviceptr>(rank) * m->stride_;
-    r = cu->cuMemMap(own, m->stride_, 0, h, 0);
-    if (r == CUDA_SUCCESS) {
-      m->mapped_[rank] = 1;
-      int fd = -1;
-      r = cu->cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-      if (r == CUDA_SUCCESS) my_fd = Fd(fd);
-    }
-    SYMMEM_CU_WARN(cu->cuMemRelease(h));  // the mapping keeps the memory alive
-    if (r != CUDA_SUCCESS)
-      throw_cu_error(kOp, rank, "cuMemMap/cuMemExportToShareableHandle", r, SYMMEM_WHERE);
-    CUmemAccessDesc access{};
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = m->device_;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    SYMMEM_CU_CHECK(kOp, rank, cu->cuMemSetAccess(own, m->stride_, &access, 1));
-    SYMMEM_CU_CHECK(kOp, rank, cu->cuMemsetD8(own, 0, m->stride_));
-    SYMMEM_CU_CHECK(kOp, rank, cu->cuCtxSynchronize());
+    rv.check_peer_access();
+    rv.create_and_export();
   });
-  agree(ex, rank, "create and export", local);
+  agree(rv.ex, rv.rank, "create and export", local);
 
   // ---- phase 3: exchange fds, import and map every peer's part ------------------------------
   local = capture([&] {
-    IpcChannel& ipc = IpcChannel::instance(group.global_rank(rank));
+    IpcChannel& ipc = IpcChannel::instance(group.global_rank(rv.rank));
     const std::string tag = group.name() + "/cuda/a" + std::to_string(info.alloc_id) + "/";
-    Bytes payload(sizeof(uint64_t));
-    const uint64_t stride64 = m->stride_;
-    std::memcpy(payload.data(), &stride64, sizeof(stride64));
-    std::optional<LocalError> send_error;
-    for (int k = 1; k < world; ++k) {
-      const int p = (rank + k) % world;
-      auto e = capture([&] {
-        ipc.send_fds(all[p].address, p, tag + std::to_string(rank) + ">" + std::to_string(p),
-                     {my_fd.get()}, payload, timeout);
-      });
-      if (e && !send_error) send_error = e;
-    }
-    my_fd.reset();
-    if (send_error) throw Error(send_error->code, send_error->message);
-    CUmemAccessDesc access{};
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = m->device_;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    for (int k = 1; k < world; ++k) {
-      const int p = (rank + world - k) % world;
-      Bytes got;
-      auto fds =
-          ipc.recv_fds(tag + std::to_string(p) + ">" + std::to_string(rank), p, &got, timeout);
-      std::vector<Fd> owned;
-      for (int fd : fds) owned.emplace_back(fd);
-      SYMMEM_CHECK(kOp, rank, owned.size() == 1 && got.size() == sizeof(uint64_t),
-                   ErrorCode::Internal,
-                   "rank " << p << " sent " << owned.size() << " fds and " << got.size()
-                           << " payload bytes; expected one fd and 8 bytes");
-      uint64_t their_stride = 0;
-      std::memcpy(&their_stride, got.data(), sizeof(their_stride));
-      SYMMEM_CHECK(kOp, rank, their_stride == m->stride_, ErrorCode::InvalidArgument,
-                   "rank " << p << " allocated " << their_stride << " bytes per rank, rank " << rank
-                           << " " << m->stride_ << " (sizes or GPUs differ)");
-      CUmemGenericAllocationHandle h;
-      SYMMEM_CU_CHECK(kOp, rank,
-                      cu->cuMemImportFromShareableHandle(
-                          &h, reinterpret_cast<void*>(static_cast<uintptr_t>(owned[0].get())),
-                          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
-      owned.clear();
-      const CUdeviceptr at = m->base_ + static_cast<CUdeviceptr>(p) * m->stride_;
-      CUresult r = cu->cuMemMap(at, m->stride_, 0, h, 0);
-      SYMMEM_CU_WARN(cu->cuMemRelease(h));
-      if (r != CUDA_SUCCESS) throw_cu_error(kOp, rank, "cuMemMap(peer part)", r, SYMMEM_WHERE);
-      m->mapped_[p] = 1;
-      SYMMEM_CU_CHECK(kOp, rank, cu->cuMemSetAccess(at, m->stride_, &access, 1));
-    }
-    std::vector<void*> buffers(world);
-    std::vector<uint32_t*> pads(world);
-    for (int p = 0; p < world; ++p) {
-      char* part = reinterpret_cast<char*>(m->base_ + p * m->stride_);
-      buffers[p] = part;
-      pads[p] = reinterpret_cast<uint32_t*>(part + m->pad_offset_);
-    }
-    m->tables_ = std::make_unique<PeerTables>(m->device_, rank, buffers, pads);
-    (void)timeout_record();  // created now, not inside a later graph capture
+    rv.send_fd(ipc, tag);
+    rv.import_peers(ipc, tag);
+    rv.upload_tables();
   });
-  agree(ex, rank, "import and map peers", local);
-  ex.barrier();
+  agree(rv.ex, rv.rank, "import and map peers", local);
+
+  // ---- phase 4: from here every pad is zero and mapped everywhere -------------------------
+  rv.ex.barrier();
   SYMMEM_LOG(INFO, ALLOC) << "cuda: allocation " << info.alloc_id << " of " << info.bytes
-                          << " bytes (+" << info.signal_pad_bytes << " pad, " << m->stride_
-                          << " per rank) on " << to_string(info.device) << " mapped for " << world
-                          << " rank(s)";
-  return m;
+                          << " bytes (+" << info.signal_pad_bytes << " pad, " << rv.m->stride_
+                          << " per rank) on " << to_string(info.device) << " mapped for "
+                          << rv.world << " rank(s)";
+  return std::move(rv.m);
 }
 
 CudaMemory::~CudaMemory() {

@@ -55,6 +55,8 @@ class CudaMemory final : public BackendMemory {
   CudaMemory& operator=(const CudaMemory&) = delete;
 
  private:
+  struct Rendezvous;  // create()'s phases and the state they share (cuda_memory.cpp)
+
   CudaMemory() = default;
   void release() noexcept;
 
