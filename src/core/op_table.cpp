@@ -14,8 +14,8 @@ using namespace op_table;  // the table's column values: one, world, same, R, co
 
 constexpr OpInfo kRows[] = {
 #define SYMMEM_OP_ROW_(id, count_arg, send, recv, inplace, kind, agree, busbw, py) \
-  OpInfo{OpKind::id,     #id,          count_arg,   Blocks::send, Blocks::recv,   \
-         InPlace::inplace, Kind::kind, (agree),     BusBw::busbw, py},
+  OpInfo{OpKind::id,       #id,        count_arg, Blocks::send, Blocks::recv,      \
+         InPlace::inplace, Kind::kind, (agree),   BusBw::busbw, py},
     SYMMEM_OPS(SYMMEM_OP_ROW_)
 #undef SYMMEM_OP_ROW_
 };

@@ -236,14 +236,7 @@ void resolve_backend_for(Call& c, const std::optional<Device>& requested) {
   } else if (c.recv_sym.valid() && c.recv_sym.device() == c.device) {
     name = c.recv_sym.backend();
   } else {
-    name = resolve_backend(*c.group, c.device);
-    // A GPU backend selected for the process still leaves CPU buffers to auto's choice (as
-    // allocate() does), e.g. a GPU program's host-side barrier or reductions.
-    if (!c.device.is_cuda()) {
-      auto b = detail::try_get_backend(name, nullptr);
-      if (b != nullptr && !b->serves(c.device.type))
-        name = detail::auto_backend(*c.group, c.device, nullptr);
-    }
+    name = detail::backend_for(*c.group, c.device);  // NOTE [CPU buffers of a GPU backend]
   }
   c.backend = get_backend(name);
   if (!c.backend->supports(c.kind, c.dtype, c.device.type))
@@ -326,109 +319,131 @@ void agree_arguments(const Call& c, const std::vector<Desc>& all) {
   mismatch(root, "root", [](const Desc& x) { return x.root; });
 }
 
-// The collective agreement (NOTE above). Returns normally when the op may run on every rank;
-// may clear c.send_sym / c.recv_sym when the ranks did not all pass the same symmetric buffer.
-void agree(Call& c, uint64_t seq, const LocalError& err) {
-  const int n = c.world, r = c.rank;
-  SymmetricMemory ws = group_workspace(*c.group, Device::cpu(), detail::data_offset(n));
-  detail::PadSync sync(ws, c.op, c.timeout);
-  char* mine = static_cast<char*>(ws.ptr(r)) + detail::desc_offset(n, seq);
+// What every rank wrote for one op: its descriptor and its all_to_all_v counts.
+struct Published {
+  std::vector<Desc> all;
+  std::vector<const int64_t*> counts;  // counts[p][q]: p sends to q; [p][n + q]: p expects
+};
+
+// Writes this rank's descriptor, meets the others at one barrier, reads theirs.
+Published publish(const Call& c, uint64_t seq, const LocalError& err, detail::PadSync& sync,
+                  const SymmetricMemory& ws) {
+  const int n = c.world;
+  char* mine = static_cast<char*>(ws.ptr(c.rank)) + detail::desc_offset(n, seq);
   Desc d;
   fill_desc(d, c, seq, err);
   std::memcpy(mine, &d, sizeof(d));
-  int64_t* my_counts = reinterpret_cast<int64_t*>(mine + detail::kDescFixedBytes);
+  auto* my_counts = reinterpret_cast<int64_t*>(mine + detail::kDescFixedBytes);
   if (c.kind == OpKind::all_to_all_v && !err.set()) {
     std::memcpy(my_counts, c.send_counts, sizeof(int64_t) * n);
     if (c.recv_counts_known) std::memcpy(my_counts + n, c.recv_counts, sizeof(int64_t) * n);
   }
   sync.barrier();
-
-  std::vector<Desc> all(n);
-  std::vector<const int64_t*> counts(n);
+  Published out{std::vector<Desc>(n), std::vector<const int64_t*>(n)};
   for (int p = 0; p < n; ++p) {
     const char* base = static_cast<const char*>(ws.ptr(p)) + detail::desc_offset(n, seq);
-    std::memcpy(&all[p], base, sizeof(Desc));
-    counts[p] = reinterpret_cast<const int64_t*>(base + detail::kDescFixedBytes);
+    std::memcpy(&out.all[p], base, sizeof(Desc));
+    out.counts[p] = reinterpret_cast<const int64_t*>(base + detail::kDescFixedBytes);
   }
-  // Out of step: some rank is in another op.
-  for (int p = 0; p < n; ++p) {
-    if (all[p].seq_plus_one != seq + 1 || all[p].kind != static_cast<int32_t>(c.kind)) {
-      const char* pk = all[p].kind >= 0 && all[p].kind < static_cast<int>(OpKind::kCount)
-                           ? to_string(static_cast<OpKind>(all[p].kind))
-                           : "?";
-      throw_error(ErrorCode::InvalidArgument, c.op, r,
-                  "ranks are out of step: this rank is in op #" + std::to_string(seq) + " (" +
-                      c.op + ") of the group, rank " + std::to_string(p) + " in op #" +
-                      std::to_string(all[p].seq_plus_one - 1) + " (" + pk +
-                      "); every rank must call the same collectives in the same order");
-    }
+  return out;
+}
+
+// Out of step: some rank is in another op.
+void check_in_step(const Call& c, uint64_t seq, const std::vector<Desc>& all) {
+  for (size_t p = 0; p < all.size(); ++p) {
+    if (all[p].seq_plus_one == seq + 1 && all[p].kind == static_cast<int32_t>(c.kind)) continue;
+    const char* pk = to_string(static_cast<OpKind>(all[p].kind));
+    throw_error(ErrorCode::InvalidArgument, c.op, c.rank,
+                "ranks are out of step: this rank is in op #" + std::to_string(seq) + " (" + c.op +
+                    ") of the group, rank " + std::to_string(p) + " in op #" +
+                    std::to_string(all[p].seq_plus_one - 1) + " (" + pk +
+                    "); every rank must call the same collectives in the same order");
   }
-  // A rank whose own arguments were bad: it throws its error, the others name it.
+}
+
+// A rank whose own arguments were bad: it throws its error, the others name it.
+void check_rejections(const Call& c, const LocalError& err, const std::vector<Desc>& all) {
   if (err.set()) throw Error(err.code, err.message);  // the message is complete already
-  for (int p = 0; p < n; ++p) {
-    if (!all[p].ok) {
-      throw_error(static_cast<ErrorCode>(all[p].err_code), c.op, r,
-                  "rank " + std::to_string(p) + " rejected its arguments, so no rank ran the op: " +
-                      std::string(all[p].message, strnlen(all[p].message, sizeof(all[p].message))));
-    }
+  for (size_t p = 0; p < all.size(); ++p) {
+    if (all[p].ok) continue;
+    throw_error(static_cast<ErrorCode>(all[p].err_code), c.op, c.rank,
+                "rank " + std::to_string(p) + " rejected its arguments, so no rank ran the op: " +
+                    std::string(all[p].message, strnlen(all[p].message, sizeof(all[p].message))));
   }
-  // Arguments that must agree: the row's `agree` column (NOTE [op table]).
-  agree_arguments(c, all);
-  if (c.kind == OpKind::all_to_all_v) {
-    // counts[p][q]: what p sends to q; counts[p][n + q]: what p expects from q (MPI style).
-    if (c.recv_counts_known) {
-      for (int q = 0; q < n; ++q) {
-        for (int p = 0; p < n; ++p) {
-          int64_t sent = counts[p][q], expected = counts[q][n + p];
-          if (sent == expected) continue;
-          std::string s = std::to_string(sent), e = std::to_string(expected);
-          if (r == q) {
-            throw_invalid_argument(c.op, r, "recv_counts",
-                                   "[" + std::to_string(p) + "] = " + e + " but rank " +
-                                       std::to_string(p) + " sends " + s +
-                                       " elements to this rank (its send_counts[" +
-                                       std::to_string(q) + "]); no rank moved data");
-          }
-          if (r == p) {
-            throw_invalid_argument(c.op, r, "send_counts",
-                                   "[" + std::to_string(q) + "] = " + s + " but rank " +
-                                       std::to_string(q) + " expects " + e +
-                                       " elements from this rank (its recv_counts[" +
-                                       std::to_string(p) + "]); no rank moved data");
-          }
-          throw_agreed(c.op, r,
-                       "ranks " + std::to_string(p) + " and " + std::to_string(q) +
-                           " disagree on all_to_all_v counts (rank " + std::to_string(p) +
-                           " sends " + s + ", rank " + std::to_string(q) + " expects " + e +
-                           "); no rank moved data");
-        }
-      }
-    }
+}
+
+// all_to_all_v: MPI-style counts must match the senders', and no rank may receive more than its
+// capacity.
+void check_a2av_counts(const Call& c, const Published& pub) {
+  const int n = c.world, r = c.rank;
+  const auto& counts = pub.counts;
+  if (c.recv_counts_known) {
     for (int q = 0; q < n; ++q) {
-      uint64_t incoming = 0;
-      for (int p = 0; p < n; ++p) incoming += static_cast<uint64_t>(counts[p][q]);
-      if (incoming <= all[q].recv_capacity) continue;
-      if (r == q) {
-        throw_invalid_argument(c.op, r, "recv_capacity",
-                               "= " + std::to_string(all[q].recv_capacity) +
-                                   " elements, but the ranks send " + std::to_string(incoming) +
-                                   " elements to this rank; no rank moved data");
+      for (int p = 0; p < n; ++p) {
+        int64_t sent = counts[p][q], expected = counts[q][n + p];
+        if (sent == expected) continue;
+        std::string s = std::to_string(sent), e = std::to_string(expected);
+        if (r == q) {
+          throw_invalid_argument(c.op, r, "recv_counts",
+                                 "[" + std::to_string(p) + "] = " + e + " but rank " +
+                                     std::to_string(p) + " sends " + s +
+                                     " elements to this rank (its send_counts[" +
+                                     std::to_string(q) + "]); no rank moved data");
+        }
+        if (r == p) {
+          throw_invalid_argument(c.op, r, "send_counts",
+                                 "[" + std::to_string(q) + "] = " + s + " but rank " +
+                                     std::to_string(q) + " expects " + e +
+                                     " elements from this rank (its recv_counts[" +
+                                     std::to_string(p) + "]); no rank moved data");
+        }
+        throw_agreed(c.op, r,
+                     "ranks " + std::to_string(p) + " and " + std::to_string(q) +
+                         " disagree on all_to_all_v counts (rank " + std::to_string(p) + " sends " +
+                         s + ", rank " + std::to_string(q) + " expects " + e +
+                         "); no rank moved data");
       }
-      throw_agreed(c.op, r,
-                   "rank " + std::to_string(q) + " would receive " + std::to_string(incoming) +
-                       " elements, more than its recv_capacity " +
-                       std::to_string(all[q].recv_capacity) + "; no rank moved data");
     }
   }
-  // Zero copy only when every rank passed the same symmetric buffer at the same offset.
-  for (int p = 0; p < n; ++p) {
-    if (all[p].send_alloc < 0 || all[p].send_alloc != all[0].send_alloc ||
-        all[p].send_off != all[0].send_off)
+  for (int q = 0; q < n; ++q) {
+    uint64_t incoming = 0;
+    for (int p = 0; p < n; ++p) incoming += static_cast<uint64_t>(counts[p][q]);
+    const uint64_t cap = pub.all[q].recv_capacity;
+    if (incoming <= cap) continue;
+    if (r == q) {
+      throw_invalid_argument(c.op, r, "recv_capacity",
+                             "= " + std::to_string(cap) + " elements, but the ranks send " +
+                                 std::to_string(incoming) +
+                                 " elements to this rank; no rank moved data");
+    }
+    throw_agreed(c.op, r,
+                 "rank " + std::to_string(q) + " would receive " + std::to_string(incoming) +
+                     " elements, more than its recv_capacity " + std::to_string(cap) +
+                     "; no rank moved data");
+  }
+}
+
+// Zero copy only when every rank passed the same symmetric buffer at the same offset.
+void keep_common_symmetric_buffers(Call& c, const std::vector<Desc>& all) {
+  for (const Desc& d : all) {
+    if (d.send_alloc < 0 || d.send_alloc != all[0].send_alloc || d.send_off != all[0].send_off)
       c.send_sym = SymmetricMemory();
-    if (all[p].recv_alloc < 0 || all[p].recv_alloc != all[0].recv_alloc ||
-        all[p].recv_off != all[0].recv_off)
+    if (d.recv_alloc < 0 || d.recv_alloc != all[0].recv_alloc || d.recv_off != all[0].recv_off)
       c.recv_sym = SymmetricMemory();
   }
+}
+
+// The collective agreement (NOTE above). Returns normally when the op may run on every rank;
+// may clear c.send_sym / c.recv_sym when the ranks did not all pass the same symmetric buffer.
+void agree(Call& c, uint64_t seq, const LocalError& err) {
+  SymmetricMemory ws = group_workspace(*c.group, Device::cpu(), detail::data_offset(c.world));
+  detail::PadSync sync(ws, c.op, c.timeout);
+  const Published pub = publish(c, seq, err, sync, ws);
+  check_in_step(c, seq, pub.all);
+  check_rejections(c, err, pub.all);
+  agree_arguments(c, pub.all);  // the row's `agree` column (NOTE [op table])
+  if (c.kind == OpKind::all_to_all_v) check_a2av_counts(c, pub);
+  keep_common_symmetric_buffers(c, pub.all);
 }
 
 // Runs a collective: local checks (in `check`), agreement, backend run.
