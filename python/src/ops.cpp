@@ -413,60 +413,52 @@ void bind_data_movement(nb::module_& m) {
       "root's x is copied into every rank's x (or out when given; x is read on root only).");
 }
 
+// put (the symmetric target is `first`, the local array `second`) and get (the reverse): the
+// target's memory, the byte offset in it, and the options.
+template <OpKind kind>
+void one_sided(nb::handle first, nb::handle second, int peer, int64_t offset, bool signal,
+               int channel, nb::handle stream, nb::handle timeout) {
+  constexpr bool is_put = kind == OpKind::put;
+  const char* target_arg = is_put ? "dst" : "src";
+  const char* local_arg = is_put ? "src" : "dst";
+  OpCall c(to_string(kind), nb::none(), stream, timeout);
+  ArrayRef& target = c.add(first, target_arg, false);
+  ArrayRef& local = c.add(second, local_arg, !is_put);
+  size_t base = 0;
+  SymmetricMemory mem = target_memory(c, target, target_arg, &base);
+  size_t off = elements_offset(c, offset, target, target_arg, local.nbytes());
+  P2POptions o;
+  static_cast<OpOptions&>(o) = c.opts();
+  o.signal = signal;
+  o.channel = channel;
+  nb::gil_scoped_release rel;
+  if constexpr (is_put) {
+    put(mem, base + off, local.data, local.nbytes(), peer, o);
+  } else {
+    get(mem, base + off, local.data, local.nbytes(), peer, o);
+  }
+}
+
 // put, get, barrier.
 void bind_one_sided(nb::module_& m) {
-  m.def(
-      "put",
-      [](nb::handle dst, nb::handle src, int peer, int64_t offset, bool signal, int channel,
-         nb::handle stream, nb::handle timeout) {
-        OpCall c("put", nb::none(), stream, timeout);
-        ArrayRef& d = c.add(dst, "dst", false);
-        ArrayRef& s = c.add(src, "src", false);
-        size_t base = 0;
-        SymmetricMemory mem = target_memory(c, d, "dst", &base);
-        size_t off = elements_offset(c, offset, d, "dst", s.nbytes());
-        P2POptions o;
-        static_cast<OpOptions&>(o) = c.opts();
-        o.signal = signal;
-        o.channel = channel;
-        size_t bytes = s.nbytes();
-        nb::gil_scoped_release rel;
-        put(mem, base + off, s.data, bytes, peer, o);
-      },
-      "dst"_a, "src"_a, "peer"_a, nb::kw_only(), "offset"_a = 0, "signal"_a = false,
-      "channel"_a = 0, "stream"_a.none() = nb::none(), "timeout"_a.none() = nb::none(),
-      nb::sig("def put(dst: object, src: object, peer: int, *, offset: int = 0, "
-              "signal: bool = False, channel: int = 0, stream: object = None, "
-              "timeout: float | datetime.timedelta | None = None) -> None"),
-      "Copies src into peer's copy of the symmetric array dst, at element `offset` of dst. "
-      "signal=True raises slot (channel, this rank) of peer's pad once the data is visible "
-      "(the peer consumes it with dst.wait_signal(this rank, channel)).");
+  m.def("put", &one_sided<OpKind::put>, "dst"_a, "src"_a, "peer"_a, nb::kw_only(), "offset"_a = 0,
+        "signal"_a = false, "channel"_a = 0, "stream"_a.none() = nb::none(),
+        "timeout"_a.none() = nb::none(),
+        nb::sig("def put(dst: object, src: object, peer: int, *, offset: int = 0, "
+                "signal: bool = False, channel: int = 0, stream: object = None, "
+                "timeout: float | datetime.timedelta | None = None) -> None"),
+        "Copies src into peer's copy of the symmetric array dst, at element `offset` of dst. "
+        "signal=True raises slot (channel, this rank) of peer's pad once the data is visible "
+        "(the peer consumes it with dst.wait_signal(this rank, channel)).");
 
-  m.def(
-      "get",
-      [](nb::handle src, nb::handle dst, int peer, int64_t offset, bool signal, int channel,
-         nb::handle stream, nb::handle timeout) {
-        OpCall c("get", nb::none(), stream, timeout);
-        ArrayRef& s = c.add(src, "src", false);
-        ArrayRef& d = c.add(dst, "dst", true);
-        size_t base = 0;
-        SymmetricMemory mem = target_memory(c, s, "src", &base);
-        size_t off = elements_offset(c, offset, s, "src", d.nbytes());
-        P2POptions o;
-        static_cast<OpOptions&>(o) = c.opts();
-        o.signal = signal;
-        o.channel = channel;
-        size_t bytes = d.nbytes();
-        nb::gil_scoped_release rel;
-        get(mem, base + off, d.data, bytes, peer, o);
-      },
-      "src"_a, "dst"_a, "peer"_a, nb::kw_only(), "offset"_a = 0, "signal"_a = false,
-      "channel"_a = 0, "stream"_a.none() = nb::none(), "timeout"_a.none() = nb::none(),
-      nb::sig("def get(src: object, dst: object, peer: int, *, offset: int = 0, "
-              "signal: bool = False, channel: int = 0, stream: object = None, "
-              "timeout: float | datetime.timedelta | None = None) -> None"),
-      "Copies dst.nbytes bytes from peer's copy of the symmetric array src (at element "
-      "`offset`) into dst.");
+  m.def("get", &one_sided<OpKind::get>, "src"_a, "dst"_a, "peer"_a, nb::kw_only(), "offset"_a = 0,
+        "signal"_a = false, "channel"_a = 0, "stream"_a.none() = nb::none(),
+        "timeout"_a.none() = nb::none(),
+        nb::sig("def get(src: object, dst: object, peer: int, *, offset: int = 0, "
+                "signal: bool = False, channel: int = 0, stream: object = None, "
+                "timeout: float | datetime.timedelta | None = None) -> None"),
+        "Copies dst.nbytes bytes from peer's copy of the symmetric array src (at element "
+        "`offset`) into dst.");
 
   m.def(
       "barrier",
