@@ -67,6 +67,9 @@ def _group(name: str) -> Optional[_symmem.Group]:
             f"(register_group(g) or pass the Group object to the symmem.torch helpers)") from None
 
 
+# Under torch.compile the group is resolved to its name while tracing (a Group is an opaque
+# extension object that dynamo cannot look into), so the custom op receives a constant string.
+@torch.compiler.assume_constant_result
 def _name(group) -> str:
     if group is None:
         return ""
@@ -167,7 +170,9 @@ __all__.sort()
 
 
 def barrier(group=None, device=None) -> None:
-    """Eager barrier over the group (not a custom op: it has no tensor to order it by)."""
+    """Eager barrier over the group. Not a custom op: it has no tensor to order it by, and a
+    graph pass may drop or move an op without one, so call it outside compiled regions (inside
+    one it is a graph break)."""
     _symmem.barrier(group=group if not isinstance(group, str) else _group(group), device=device)
 
 
@@ -175,9 +180,12 @@ def _dtype_name(dtype) -> str:
     return str(dtype).removeprefix("torch.") if isinstance(dtype, torch.dtype) else dtype
 
 
-def empty(shape: int | Sequence[int], dtype=torch.float32, device="cuda",
+def empty(shape: int | Sequence[int], dtype=torch.float32, device=None,
           group: Optional[_symmem.Group] = None) -> torch.Tensor:
-    """A torch tensor over new symmetric memory (collective over the group)."""
+    """A torch tensor over new symmetric memory (collective over the group); `device` defaults to
+    torch's default device, as for torch.empty."""
+    if device is None:
+        device = torch.get_default_device()
     if isinstance(device, torch.device):
         device = str(device)
     a = _symmem.empty(shape, dtype=_dtype_name(dtype), device=device, group=group)

@@ -127,3 +127,30 @@ def test_custom_ops_and_helpers_come_from_the_op_table(g):
     out = st.all_to_all_v(send, torch.tensor([4]), recv, torch.zeros(1, dtype=torch.int64),
                           torch.zeros(1, dtype=torch.int64), group=g)
     assert len(out) == 3 and out[1].item() == 4  # the tensors it writes, in schema order
+
+
+@pytest.mark.parametrize("how", ["object", "name", "default"])
+def test_helpers_trace_fullgraph_with_a_group_object_name_or_none(g, how):
+    name = st.register_group(g)
+    previous = symmem.default_group()
+    symmem.set_default_group(g)
+    grp = {"object": g, "name": name, "default": None}[how]
+
+    def f(x):
+        y = x * 2
+        st.all_reduce(y, group=grp)
+        out = st.all_gather(y, torch.empty_like(y), group=grp)
+        st.broadcast(out, root=0, group=grp)
+        return out + 1
+
+    try:
+        compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+        x = torch.arange(8, dtype=torch.float32)
+        assert torch.equal(compiled(x), x * 2 + 1)
+    finally:
+        symmem.set_default_group(previous)
+
+
+def test_empty_defaults_to_torchs_default_device(g):
+    t = st.empty((4,), group=g)
+    assert t.device == torch.get_default_device() == torch.device("cpu")
