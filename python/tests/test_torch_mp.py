@@ -95,3 +95,19 @@ def test_cuda_compiled(g):
         symmem.all_reduce(buf, stream=s)
     s.synchronize()
     assert torch.equal(buf, torch.full_like(buf, n))
+
+
+def test_cuda_compiled_helper_with_group_object(g):
+    cuda_group(g)
+    n = g.world_size
+    buf = st.empty((1024,), dtype=torch.bfloat16, device="cuda", group=g)
+
+    @torch.compile(fullgraph=True)
+    def step(x, w):
+        x.copy_(w + 1)
+        st.all_reduce(x, group=g)  # the Group object itself, resolved while tracing
+        return x * 2
+
+    out = step(buf, torch.full((1024,), float(g.rank), device="cuda", dtype=torch.bfloat16))
+    torch.cuda.synchronize()
+    assert torch.equal(out, torch.full_like(out, n * (n + 1)))
