@@ -25,9 +25,9 @@ struct DeviceHandle {
   void* const* buffers = nullptr;          // [world_size] peer buffer pointers, device memory;
                                            // nullptr for peers not directly reachable
   uint32_t* const* signal_pads = nullptr;  // [world_size] peer signal pads, device memory
-  // Where a device-side wait records a timeout (host-mapped); see NOTE [device timeouts].
-  // Layout: [0] = flag (0 ok / 1 timed out), [1] = rank that waited, [2] = channel,
-  // [3] = peer waited on.
+  // Where a device-side wait records a timeout (host-mapped, written without atomics as NOTE
+  // [device records] says); see NOTE [device timeouts]. Layout: [0] = flag (0 ok / 1 timed
+  // out), [1] = rank that waited, [2] = channel, [3] = peer waited on.
   int32_t* timeout_record = nullptr;
   uint64_t timeout_ns = 0;  // deadline of every device-side wait, in %globaltimer ns
 };

@@ -22,8 +22,9 @@
 //
 // NOTE [device-detected errors]
 // all_to_all_v counts live in device memory, so their checks (capacity, negative counts,
-// MPI-style count agreement) run on the device and fill a host-mapped op error record. Like a
-// device-side timeout, it is raised as an InvalidArgument by the next op of this process.
+// MPI-style count agreement) run on the device and fill a host-mapped op error record (a
+// device record, NOTE [device records] in symmem/device/sync.cuh, like the timeout record).
+// Like a device-side timeout, it is raised as an InvalidArgument by the next op of this process.
 // Synchronise the stream before relying on the outputs.
 
 #include "cuda/cuda_ops.hpp"
@@ -152,6 +153,7 @@ void raise_op_error(const char* op, int rank) {
   if (rec == nullptr) return;
   volatile int32_t* v = rec;
   if (v[0] != 1) return;
+  std::atomic_thread_fence(std::memory_order_acquire);  // the payload was written before [0]
   const auto code = static_cast<K::OpErrorCode>(v[1]);
   const int who = v[2];
   const int peer = v[3];

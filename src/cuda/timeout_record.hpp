@@ -15,7 +15,8 @@
 // Raising clears the record (the first failure is reported once), and the error is Timeout:
 // "<op>: rank R: device-side wait timed out: rank R waited on channel C for rank P ...".
 // Reading the record needs no synchronisation: the kernel writes flag, rank, channel and peer
-// with one 16-byte store (no atomics on host memory, see NOTE [device timeouts]).
+// with one 16-byte store (no atomics on host memory: NOTE [device records] in
+// symmem/device/sync.cuh, the protocol the library's collective kernels use too).
 
 #include <cstdint>
 #include <string_view>

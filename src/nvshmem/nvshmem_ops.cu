@@ -51,21 +51,23 @@ size_t align_up(size_t n, size_t a) {
 }
 
 // ---- device error record of all_to_all_v ----------------------------------------------------
-// [0] flag (0 ok / 1 set), [1] kind (1 capacity, 2 count mismatch), [2] peer, [3] value,
-// [4] expected. Host-mapped; set by the first failing thread.
+// int64 [0] flag (0 ok / 1 set), [1] kind (1 capacity, 2 count mismatch), [2] peer, [3] value,
+// [4] expected. Host-mapped (8 int64); written as a device record of three vectors (NOTE
+// [device records] in symmem/device/sync.cuh: no atomics on host memory) by one thread per
+// kernel, so the first failure stays whole.
 constexpr int kA2avCapacity = 1;
 constexpr int kA2avMismatch = 2;
 
 __device__ void record_a2av_error(long long* rec, int kind, int peer, long long value,
                                   long long expected) {
-  if (atomicCAS(reinterpret_cast<unsigned long long*>(&rec[0]), 0ull, 2ull) == 0ull) {
-    rec[1] = kind;
-    rec[2] = peer;
-    rec[3] = value;
-    rec[4] = expected;
-    __threadfence_system();
-    atomicExch(reinterpret_cast<unsigned long long*>(&rec[0]), 1ull);
-  }
+  auto lo = [](long long x) { return static_cast<uint32_t>(static_cast<unsigned long long>(x)); };
+  auto hi = [](long long x) {
+    return static_cast<uint32_t>(static_cast<unsigned long long>(x) >> 32);
+  };
+  const uint4 v[3] = {make_uint4(1u, 0u, lo(kind), hi(kind)),
+                      make_uint4(lo(peer), hi(peer), lo(value), hi(value)),
+                      make_uint4(lo(expected), hi(expected), 0u, 0u)};
+  (void)dev::write_record(reinterpret_cast<int32_t*>(rec), v);
 }
 
 // ---- kernels ----------------------------------------------------------------------------------
@@ -184,16 +186,25 @@ __global__ void a2av_finish_kernel(const int64_t* matrix, int world, const char*
   }
   __syncthreads();
   if (blockIdx.x == 0) {
+    __shared__ int first_bad;  // the lowest peer whose count disagrees (world: none)
+    if (threadIdx.x == 0) first_bad = world;
+    __syncthreads();
     for (int q = threadIdx.x; q < world; q += blockDim.x) {
       const long long c = matrix[static_cast<size_t>(q) * world + me];
       if (counts_known) {
-        if (recv_counts[q] != c) record_a2av_error(rec, kA2avMismatch, q, recv_counts[q], c);
+        if (recv_counts[q] != c) atomicMin(&first_bad, q);
       } else {
         long long off = 0;
         for (int r = 0; r < q; ++r) off += matrix[static_cast<size_t>(r) * world + me];
         recv_counts[q] = c;
         if (recv_offsets != nullptr) recv_offsets[q] = off;
       }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0 && first_bad < world) {
+      const int q = first_bad;
+      record_a2av_error(rec, kA2avMismatch, q, recv_counts[q],
+                        matrix[static_cast<size_t>(q) * world + me]);
     }
   }
   if (total > static_cast<long long>(recv_capacity)) {

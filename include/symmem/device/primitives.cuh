@@ -1,7 +1,8 @@
 #pragma once
 
 // symmem device primitives: system-scope loads, stores and atomics with an explicit memory
-// order, the %globaltimer clock, and 16-byte vector accesses for peer memory.
+// order, volatile 32-bit accesses, the %globaltimer clock, and 16-byte vector accesses for peer
+// memory.
 // Header-only CUDA (sm_70 or newer; symmem builds for sm_90). Bodies: primitives_impl.cuh.
 //
 // Contract
@@ -24,8 +25,30 @@
 //   and __syncthreads() after the acquiring thread's acquire.
 // - Vector helpers move 16 bytes; the address must be 16-byte aligned (misalignment is a
 //   device fault, not checked). The plain variants (ld_v4/st_v4) are weak accesses: correct
-//   for data ordered by a signal or a kernel boundary. The .volatile and .relaxed.sys variants
-//   are for data that a peer may change while this kernel runs (flag-in-data protocols).
+//   for data ordered by a signal or a kernel boundary. ld_v4_cg is weak too but caches in L2
+//   only (.cg): for bulk reads of data that peers wrote during this kernel, after the acquire
+//   that orders them, where another block of the SM may already hold the line in L1. The
+//   .volatile and .relaxed.sys variants are for data that a peer may change while this kernel
+//   runs (flag-in-data protocols).
+// - symmem's own kernels (src/cuda/kernels/) are written on this header and sync.cuh: there is
+//   no second set of wrappers.
+//
+// NOTE [polling loads]
+// A spin re-reads a flag until it changes: poll with a relaxed (load_sys<relaxed>,
+// ld_v4_relaxed_sys) or volatile (load_volatile, ld_v4_volatile) load, and take the ordering once,
+// after the spin, with an acquire load/RMW or fence_sys. On sm_90 the relaxed .sys and the
+// .volatile loads are the same instruction (LDG.E.STRONG.SYS, LDG.E.128.STRONG.SYS); an acquire
+// load adds CCTL.IVALL (an L1 invalidation) to every iteration, which costs latency in a hot spin
+// (NCCL 2.29.7's symmetric kernels got slower that way, NVIDIA/nccl#2058).
+//
+// NOTE [hand PTX or libcu++]
+// Where cuda::atomic_ref / cuda::atomic_thread_fence (libcu++, <cuda/atomic>) with
+// thread_scope_system compile to the same SASS as the PTX here, the body uses libcu++: that is
+// fence_sys. The loads, stores and RMWs stay hand PTX: libcu++ emits them with generic
+// addresses (ld.relaxed.sys.b32 [p]), which ptxas keeps generic (LD.E.STRONG.SYS,
+// ST.E.STRONG.SYS, ATOM.E.CAS.STRONG.SYS) where the .global forms give LDG/STG/ATOMG; the
+// ordering part (MEMBAR.ALL.SYS before a release, CCTL.IVALL after an acquire) is the same.
+// libcu++ has no volatile or 16-byte accesses.
 
 #if !defined(__CUDACC__)
 #error "symmem/device/*.cuh are CUDA headers: compile with nvcc (or clang -x cuda)"
@@ -56,9 +79,14 @@ SYMMEM_DEVICE_INLINE uint32_t exchange_sys(uint32_t* addr, uint32_t value);
 // fence.acq_rel.sys (kOrder acquire/release/acq_rel); nothing for relaxed.
 template <MemOrder kOrder = MemOrder::acq_rel>
 SYMMEM_DEVICE_INLINE void fence_sys();
+// 32-bit volatile accesses (ld/st.volatile.global.u32): for polls (NOTE [polling loads]) and
+// for words one kernel leaves for the next on the stream. No ordering of other accesses.
+SYMMEM_DEVICE_INLINE uint32_t load_volatile(const uint32_t* addr);
+SYMMEM_DEVICE_INLINE void store_volatile(uint32_t* addr, uint32_t value);
 
 // 16-byte vector accesses (addr 16-byte aligned).
 SYMMEM_DEVICE_INLINE uint4 ld_v4(const void* addr);                    // ld.global.v4 (weak)
+SYMMEM_DEVICE_INLINE uint4 ld_v4_cg(const void* addr);                 // ld.global.cg.v4 (weak)
 SYMMEM_DEVICE_INLINE uint4 ld_v4_volatile(const void* addr);           // ld.volatile.global.v4
 SYMMEM_DEVICE_INLINE uint4 ld_v4_relaxed_sys(const void* addr);        // ld.relaxed.sys.global.v4
 SYMMEM_DEVICE_INLINE void st_v4(void* addr, uint4 value);              // st.global.v4 (weak)

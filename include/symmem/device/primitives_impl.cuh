@@ -2,9 +2,15 @@
 
 // Bodies of symmem/device/primitives.cuh (include that header, not this one).
 
+#include <cuda/atomic>
+
 #include <cstdint>
 
 namespace symmem::device {
+
+// Hand PTX below, except where libcu++ gives the same SASS (NOTE [hand PTX or libcu++] in
+// primitives.cuh). Every asm has a "memory" clobber, so the compiler keeps other memory
+// accesses on their side of it.
 
 SYMMEM_DEVICE_INLINE uint64_t globaltimer_ns() {
   uint64_t t;
@@ -93,13 +99,33 @@ SYMMEM_DEVICE_INLINE uint32_t exchange_sys(uint32_t* addr, uint32_t value) {
 template <MemOrder kOrder>
 SYMMEM_DEVICE_INLINE void fence_sys() {
   if constexpr (kOrder != MemOrder::relaxed) {
-    asm volatile("fence.acq_rel.sys;" ::: "memory");
+    // fence.acq_rel.sys, the same SASS as the hand PTX (MEMBAR.ALL.SYS ... CCTL.IVALL).
+    ::cuda::atomic_thread_fence(::cuda::memory_order_acq_rel, ::cuda::thread_scope_system);
   }
+}
+
+SYMMEM_DEVICE_INLINE uint32_t load_volatile(const uint32_t* addr) {
+  uint32_t v;
+  asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(addr) : "memory");
+  return v;
+}
+
+SYMMEM_DEVICE_INLINE void store_volatile(uint32_t* addr, uint32_t value) {
+  asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(addr), "r"(value) : "memory");
 }
 
 SYMMEM_DEVICE_INLINE uint4 ld_v4(const void* addr) {
   uint4 v;
   asm volatile("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(addr)
+               : "memory");
+  return v;
+}
+
+SYMMEM_DEVICE_INLINE uint4 ld_v4_cg(const void* addr) {
+  uint4 v;
+  asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(addr)
                : "memory");

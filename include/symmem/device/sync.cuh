@@ -41,12 +41,9 @@
 // A device-side wait never spins forever. Each operation takes one deadline when it starts:
 // now (%globaltimer, ns) + h.timeout_ns (0 means kDefaultTimeoutNs). Every spin iteration
 // re-reads %globaltimer; past the deadline the operation
-//   1. records the failure in h.timeout_record, 4 x int32 (16-byte aligned) in host-mapped
-//      (pinned) memory that the host can read without synchronising: unless a failure is
-//      already recorded ([0] != 0), one 16-byte store writes {1, h.rank, channel, the peer it
-//      was waiting for}, then a system-scope fence. No atomics: system-scope atomics on host
-//      memory need PCIe atomics, which many hosts lack. Two threads failing at the same
-//      moment may each store a record; either one is a true failure;
+//   1. records the failure in h.timeout_record, 4 x int32 in host-mapped (pinned) memory, as
+//      a device record (NOTE [device records]) of one vector: {1, h.rank, channel, the peer it
+//      was waiting for};
 //   2. returns Status::timeout (warp/block forms: in every lane/thread) so the kernel can exit
 //      cleanly. With SYMMEM_DEVICE_TRAP_ON_TIMEOUT defined before this header it executes
 //      __trap() instead, which aborts the kernel but leaves the CUDA context unusable (a sticky
@@ -56,6 +53,23 @@
 // performs and before each launch, and turns a set flag into a symmem Timeout error naming the
 // rank, channel and peer, then clears it. A kernel that timed out has not done its work and
 // the pad may hold a stale signal: the allocation should be treated as broken.
+//
+// NOTE [device records]
+// How a kernel reports a failure to the host: a record of kVecs 16-byte vectors (int32 words,
+// 16-byte aligned) in host-mapped memory, word [0] the flag (0: empty, 1: set). The host reads
+// it without synchronising: it looks at [0], and only when it is 1 at the rest; it clears the
+// payload first and [0] last. write_record, the one writer (of the timeout record above, the
+// cuda backend's op error record and the nvshmem backend's all_to_all_v record), does, unless
+// [0] != 0 already:
+//   1. vectors 1..kVecs-1 (the tail) with 16-byte volatile stores, then __threadfence_system();
+//   2. vector 0 (the head: the flag and three payload words) with one 16-byte volatile store,
+//      then __threadfence_system().
+// So a host that sees the flag sees the whole head with it and a tail written before it. No
+// atomics: system-scope atomics on host memory need PCIe atomics, which many hosts lack (and
+// a device-scope atomicCAS is not atomic with respect to the host or another GPU). Writers
+// racing (several threads or GPUs failing at the same moment) may each store: every head is
+// whole and a true failure, but with kVecs > 1 the tail may be another racer's. A thread that
+// wrote sees its own flag, so its later write_record calls do nothing: the first failure stays.
 
 #include <cstdint>
 
@@ -87,6 +101,12 @@ SYMMEM_DEVICE_INLINE T* peer_ptr(const DeviceHandle& h, int peer);
 // Address of slot (channel, src) in the pad of rank `owner`.
 SYMMEM_DEVICE_INLINE uint32_t* signal_slot(const DeviceHandle& h, int owner, int channel, int src);
 
+// Writes a device record (NOTE [device records]) at rec: v[0] is the head, v[0].x the flag
+// (1); v[1..kVecs) the tail. Returns false (and writes nothing) when rec[0] was already set.
+template <int kVecs>
+SYMMEM_DEVICE_INLINE bool write_record(int32_t* rec, const uint4 (&v)[kVecs]);
+// The timeout record {1, rank, channel, peer} through write_record; no trap, rec not null.
+SYMMEM_DEVICE_INLINE bool write_timeout_record(int32_t* rec, int rank, int channel, int peer);
 // Records a timeout (see the NOTE); then traps if SYMMEM_DEVICE_TRAP_ON_TIMEOUT is defined or
 // the record is null. Returns Status::timeout.
 SYMMEM_DEVICE_INLINE Status record_timeout(const DeviceHandle& h, int channel, int peer);

@@ -39,16 +39,31 @@ SYMMEM_DEVICE_INLINE uint32_t* signal_slot(const DeviceHandle& h, int owner, int
   return h.signal_pads[owner] + static_cast<uint32_t>(channel) * h.world_size + src;
 }
 
+template <int kVecs>
+SYMMEM_DEVICE_INLINE bool write_record(int32_t* rec, const uint4 (&v)[kVecs]) {
+  static_assert(kVecs >= 1, "write_record: a record has a head vector");
+  // No atomics on host memory: NOTE [device records].
+  if (load_volatile(reinterpret_cast<const uint32_t*>(rec)) != 0) return false;
+  if constexpr (kVecs > 1) {
+#pragma unroll
+    for (int i = 1; i < kVecs; ++i) st_v4_volatile(rec + 4 * i, v[i]);
+    __threadfence_system();
+  }
+  st_v4_volatile(rec, v[0]);
+  __threadfence_system();
+  return true;
+}
+
+SYMMEM_DEVICE_INLINE bool write_timeout_record(int32_t* rec, int rank, int channel, int peer) {
+  const uint4 v[1] = {make_uint4(1u, static_cast<uint32_t>(rank), static_cast<uint32_t>(channel),
+                                 static_cast<uint32_t>(peer))};
+  return write_record(rec, v);
+}
+
 SYMMEM_DEVICE_INLINE Status record_timeout(const DeviceHandle& h, int channel, int peer) {
   int32_t* rec = h.timeout_record;
   if (rec == nullptr) __trap();
-  // One 16-byte store, no atomics: see NOTE [device timeouts].
-  if (*reinterpret_cast<volatile int32_t*>(rec) == 0) {
-    asm volatile("st.volatile.global.v4.s32 [%0], {%1,%2,%3,%4};" ::"l"(rec), "r"(1), "r"(h.rank),
-                 "r"(channel), "r"(peer)
-                 : "memory");
-    __threadfence_system();
-  }
+  (void)write_timeout_record(rec, h.rank, channel, peer);
 #if defined(SYMMEM_DEVICE_TRAP_ON_TIMEOUT)
   __trap();
 #endif

@@ -1,8 +1,11 @@
 #pragma once
 
-// Device helpers shared by the collective kernels: system-scope flag accesses with deadlines,
-// the pairwise block barrier over workspace flags, epoch bookkeeping, 16-byte vector accesses,
-// an alignment-agnostic block copy, and the fixed-order reduction arithmetic.
+// Kernel-internal helpers shared by the collective kernels, on the public device layer
+// (symmem/device/primitives.cuh and sync.cuh: the PTX wrappers, the deadline and the device
+// records come from there, as a user's kernel gets them): peer address tables, the timeout and
+// op error records in SyncArgs terms, epoch bookkeeping, the pairwise block barrier over
+// workspace flags, the zero-copy descriptor agreement, an alignment-agnostic block copy, the
+// fixed-order reduction arithmetic and the launch dispatch.
 // See NOTE [epochs and flags] in kernels.hpp for the protocol.
 
 #include <cuda_bf16.h>
@@ -12,140 +15,89 @@
 
 #include "core/float_convert.hpp"
 #include "cuda/kernels/kernels.hpp"
+#include "symmem/device/primitives.cuh"
+#include "symmem/device/sync.cuh"
 
 namespace symmem::cuda::kernels {
 
-#define SYMMEM_KDEV __device__ __forceinline__
+namespace dev = symmem::device;
+using dev::MemOrder;
 
-// ---- memory access ------------------------------------------------------------------------
-SYMMEM_KDEV uint64_t gtimer_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-SYMMEM_KDEV uint32_t ld_acquire_sys(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-SYMMEM_KDEV uint32_t ld_volatile_u32(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-SYMMEM_KDEV void st_release_sys(uint32_t* p, uint32_t v) {
-  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-SYMMEM_KDEV void st_volatile_u32(uint32_t* p, uint32_t v) {
-  asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-// Loads of data a peer wrote during this kernel bypass L1 (.cg): another block of this SM may
-// have cached a neighbouring part of the same line before the data arrived.
-SYMMEM_KDEV uint4 ld_cg_v4(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p)
-               : "memory");
-  return v;
-}
-SYMMEM_KDEV void st_v4(void* p, uint4 v) {
-  asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
-               "r"(v.w)
-               : "memory");
-}
-SYMMEM_KDEV uint4 ld_volatile_v4(const void* p) {
-  uint4 v;
-  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p)
-               : "memory");
-  return v;
-}
-SYMMEM_KDEV void st_volatile_v4(void* p, uint4 v) {
-  asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y),
-               "r"(v.z), "r"(v.w)
-               : "memory");
-}
-
-SYMMEM_KDEV char* peer(const PeerPtrs& t, int p) {
+SYMMEM_DEVICE_INLINE char* peer(const PeerPtrs& t, int p) {
   return p < kMaxInlinePeers && t.table == nullptr ? t.inl[p] : t.table[p] + t.delta;
 }
 
 // Balanced split of [0, total) into `parts`; part i.
-SYMMEM_KDEV int64_t split_lo(int64_t total, int64_t parts, int64_t i) {
+SYMMEM_DEVICE_INLINE int64_t split_lo(int64_t total, int64_t parts, int64_t i) {
   return static_cast<int64_t>((static_cast<unsigned long long>(total) * i) / parts);
 }
 
 // ---- timeouts --------------------------------------------------------------------------------
-// Same protocol as symmem/device/sync.cuh (NOTE [device timeouts]): claim [0] 0 -> 2, fill,
-// fence, publish [0] = 1.
-SYMMEM_KDEV void record_timeout(const SyncArgs& s, int channel, int peer_rank) {
-  int32_t* rec = s.timeout_record;
-  if (rec == nullptr) return;
-  if (atomicCAS(reinterpret_cast<int*>(rec), 0, 2) == 0) {
-    rec[1] = s.rank;
-    rec[2] = channel;
-    rec[3] = peer_rank;
-    __threadfence_system();
-    st_volatile_u32(reinterpret_cast<uint32_t*>(rec), 1u);
+// The public timeout record (NOTE [device timeouts], written as NOTE [device records] says);
+// unlike dev::record_timeout, a null record is skipped and nothing traps.
+SYMMEM_DEVICE_INLINE void record_timeout(const SyncArgs& s, int channel, int peer_rank) {
+  if (s.timeout_record != nullptr) {
+    (void)dev::write_timeout_record(s.timeout_record, s.rank, channel, peer_rank);
   }
 }
 
-// timeout_ns is resolved on the host (timeout_to_ns: never 0), so there is no default here.
-SYMMEM_KDEV uint64_t deadline_after(uint64_t timeout_ns) {
-  return gtimer_ns() + timeout_ns;
+// timeout_ns is resolved on the host (timeout_to_ns: never 0), so dev::Deadline::after's
+// default does not apply.
+SYMMEM_DEVICE_INLINE dev::Deadline deadline_after(uint64_t timeout_ns) {
+  return dev::Deadline{dev::globaltimer_ns() + timeout_ns};
 }
 
 // ---- epochs and block barriers ---------------------------------------------------------------
-SYMMEM_KDEV uint32_t* ctrl_words(const SyncArgs& s) {
+SYMMEM_DEVICE_INLINE uint32_t* ctrl_words(const SyncArgs& s) {
   return reinterpret_cast<uint32_t*>(peer(s.ctrl, s.rank));
 }
-SYMMEM_KDEV uint32_t read_epoch(const SyncArgs& s) {
-  return ld_volatile_u32(ctrl_words(s));
+SYMMEM_DEVICE_INLINE uint32_t read_epoch(const SyncArgs& s) {
+  return dev::load_volatile(ctrl_words(s));
 }
 
 // Every block calls this once at its end (all threads). The last block resets the done counter
 // and advances the epoch; the next kernel on the stream sees it (kernel boundary).
-SYMMEM_KDEV void finish_epoch(const SyncArgs& s, uint32_t epoch) {
+SYMMEM_DEVICE_INLINE void finish_epoch(const SyncArgs& s, uint32_t epoch) {
   __syncthreads();
   if (threadIdx.x == 0) {
     uint32_t* w = ctrl_words(s);
     __threadfence();
     unsigned prev = atomicAdd(reinterpret_cast<unsigned*>(w + 1), 1u);
     if (prev == gridDim.x - 1) {
-      st_volatile_u32(w + 1, 0u);
-      st_volatile_u32(w, epoch + 1);
+      dev::store_volatile(w + 1, 0u);
+      dev::store_volatile(w, epoch + 1);
       __threadfence();
     }
   }
 }
 
-SYMMEM_KDEV uint32_t flag_value(uint32_t epoch, uint32_t phase) {
+SYMMEM_DEVICE_INLINE uint32_t flag_value(uint32_t epoch, uint32_t phase) {
   return (epoch << 2) | phase;
 }
 
 // Pairwise barrier of block blockIdx.x with the same block of every rank (all threads call it).
 // Releases this block's earlier writes, acquires the peers' blocks' writes. Returns false on
-// timeout (every thread gets the same answer).
-SYMMEM_KDEV bool block_barrier(const SyncArgs& s, uint32_t value, uint64_t deadline) {
+// timeout (every thread gets the same answer). The wait polls with acquire loads
+// (LDG.E.STRONG.SYS + CCTL.IVALL per iteration on sm_90); NOTE [polling loads] in
+// symmem/device/primitives.cuh says why a relaxed poll and one acquire would be cheaper.
+SYMMEM_DEVICE_INLINE bool block_barrier(const SyncArgs& s, uint32_t value, dev::Deadline deadline) {
   __syncthreads();
   bool ok = true;
   for (int p = threadIdx.x; p < s.world; p += blockDim.x) {
     uint32_t* theirs = reinterpret_cast<uint32_t*>(peer(s.ctrl, p) + kCtrlFlagsOffset) +
                        static_cast<size_t>(blockIdx.x) * s.world + s.rank;
     __threadfence_system();
-    st_release_sys(theirs, value);
+    dev::store_sys<MemOrder::release>(theirs, value);
   }
   for (int p = threadIdx.x; p < s.world; p += blockDim.x) {
     const uint32_t* mine =
         reinterpret_cast<const uint32_t*>(peer(s.ctrl, s.rank) + kCtrlFlagsOffset) +
         static_cast<size_t>(blockIdx.x) * s.world + p;
     int spins = 0;
-    while (static_cast<int32_t>(ld_acquire_sys(mine) - value) < 0) {
+    while (static_cast<int32_t>(dev::load_sys<MemOrder::acquire>(mine) - value) < 0) {
       if (++spins == 64) {
         spins = 0;
-        if (gtimer_ns() > deadline) {
+        if (deadline.expired()) {
           record_timeout(s, -1 - static_cast<int>(blockIdx.x), p);
           ok = false;
           break;
@@ -157,24 +109,22 @@ SYMMEM_KDEV bool block_barrier(const SyncArgs& s, uint32_t value, uint64_t deadl
 }
 
 // ---- op errors and the zero-copy agreement ----------------------------------------------------
-SYMMEM_KDEV void record_op_error(int32_t* rec, OpErrorCode code, int rank, int peer_rank,
-                                 int64_t va, int64_t vb) {
+// The op error record (layout in kernels.hpp) is a device record of two vectors (NOTE [device
+// records]): head {1, code, rank, peer}, tail {a lo, a hi, b lo, b hi}. A null record is skipped.
+SYMMEM_DEVICE_INLINE void record_op_error(int32_t* rec, OpErrorCode code, int rank, int peer_rank,
+                                          int64_t va, int64_t vb) {
   if (rec == nullptr) return;
-  if (atomicCAS(reinterpret_cast<int*>(rec), 0, 2) == 0) {
-    rec[1] = static_cast<int32_t>(code);
-    rec[2] = rank;
-    rec[3] = peer_rank;
-    rec[4] = static_cast<int32_t>(static_cast<uint64_t>(va) & 0xffffffffu);
-    rec[5] = static_cast<int32_t>(static_cast<uint64_t>(va) >> 32);
-    rec[6] = static_cast<int32_t>(static_cast<uint64_t>(vb) & 0xffffffffu);
-    rec[7] = static_cast<int32_t>(static_cast<uint64_t>(vb) >> 32);
-    __threadfence_system();
-    st_volatile_u32(reinterpret_cast<uint32_t*>(rec), 1u);
-  }
+  const uint64_t a = static_cast<uint64_t>(va), b = static_cast<uint64_t>(vb);
+  const uint4 v[2] = {make_uint4(1u, static_cast<uint32_t>(code), static_cast<uint32_t>(rank),
+                                 static_cast<uint32_t>(peer_rank)),
+                      make_uint4(static_cast<uint32_t>(a), static_cast<uint32_t>(a >> 32),
+                                 static_cast<uint32_t>(b), static_cast<uint32_t>(b >> 32))};
+  static_assert(sizeof(v) == kOpErrorRecordInts * sizeof(int32_t));
+  (void)dev::write_record(rec, v);
 }
 
 // Before B1: this rank's descriptor into every peer's table.
-SYMMEM_KDEV void publish_desc(const SyncArgs& s) {
+SYMMEM_DEVICE_INLINE void publish_desc(const SyncArgs& s) {
   for (int i = threadIdx.x; i < 4 * s.world; i += blockDim.x) {
     int64_t* t = reinterpret_cast<int64_t*>(peer(s.ctrl, i / 4) + s.desc_offset);
     t[4 * s.rank + i % 4] = s.desc[i % 4];
@@ -183,7 +133,7 @@ SYMMEM_KDEV void publish_desc(const SyncArgs& s) {
 
 // After B1: true when every rank published the same descriptor (same answer on every rank and
 // every thread; all threads call it). Block 0 records a mismatch.
-SYMMEM_KDEV bool desc_agree(const SyncArgs& s) {
+SYMMEM_DEVICE_INLINE bool desc_agree(const SyncArgs& s) {
   const int64_t* t = reinterpret_cast<const int64_t*>(peer(s.ctrl, s.rank) + s.desc_offset);
   int bad = 0;
   for (int i = threadIdx.x; i < 4 * s.world; i += blockDim.x) {
@@ -225,7 +175,7 @@ struct Word<8> {
 };
 
 template <int W>
-SYMMEM_KDEV void copy_words(char* dst, const char* src, int64_t n, int tid, int nthr) {
+SYMMEM_DEVICE_INLINE void copy_words(char* dst, const char* src, int64_t n, int tid, int nthr) {
   // dst and src are congruent modulo W: bytes up to W-alignment, words, bytes after.
   int64_t head = (W - static_cast<int64_t>(reinterpret_cast<uintptr_t>(dst) % W)) % W;
   if (head > n) head = n;
@@ -236,16 +186,16 @@ SYMMEM_KDEV void copy_words(char* dst, const char* src, int64_t n, int tid, int 
     char* d = dst + head;
     int64_t i = tid;
     for (; i + 3 * nthr < words; i += 4 * nthr) {
-      uint4 a = ld_cg_v4(s + 16 * i);
-      uint4 b = ld_cg_v4(s + 16 * (i + nthr));
-      uint4 c = ld_cg_v4(s + 16 * (i + 2 * nthr));
-      uint4 e = ld_cg_v4(s + 16 * (i + 3 * nthr));
-      st_v4(d + 16 * i, a);
-      st_v4(d + 16 * (i + nthr), b);
-      st_v4(d + 16 * (i + 2 * nthr), c);
-      st_v4(d + 16 * (i + 3 * nthr), e);
+      uint4 a = dev::ld_v4_cg(s + 16 * i);
+      uint4 b = dev::ld_v4_cg(s + 16 * (i + nthr));
+      uint4 c = dev::ld_v4_cg(s + 16 * (i + 2 * nthr));
+      uint4 e = dev::ld_v4_cg(s + 16 * (i + 3 * nthr));
+      dev::st_v4(d + 16 * i, a);
+      dev::st_v4(d + 16 * (i + nthr), b);
+      dev::st_v4(d + 16 * (i + 2 * nthr), c);
+      dev::st_v4(d + 16 * (i + 3 * nthr), e);
     }
-    for (; i < words; i += nthr) st_v4(d + 16 * i, ld_cg_v4(s + 16 * i));
+    for (; i < words; i += nthr) dev::st_v4(d + 16 * i, dev::ld_v4_cg(s + 16 * i));
   } else {
     using T = typename Word<W>::T;
     const T* s = reinterpret_cast<const T*>(src + head);
@@ -256,7 +206,7 @@ SYMMEM_KDEV void copy_words(char* dst, const char* src, int64_t n, int tid, int 
 }
 
 // Copies n bytes with the threads [tid, nthr) (typically one block). No overlap allowed.
-SYMMEM_KDEV void copy_bytes(char* dst, const char* src, int64_t n, int tid, int nthr) {
+SYMMEM_DEVICE_INLINE void copy_bytes(char* dst, const char* src, int64_t n, int tid, int nthr) {
   if (n <= 0 || dst == src) return;
   uintptr_t x = reinterpret_cast<uintptr_t>(dst) ^ reinterpret_cast<uintptr_t>(src);
   if ((x & 15) == 0) {
@@ -273,7 +223,8 @@ SYMMEM_KDEV void copy_bytes(char* dst, const char* src, int64_t n, int tid, int 
 }
 
 // Block `b` of `blocks` copies its share of [0, n) bytes (split on 16-byte units).
-SYMMEM_KDEV void copy_share(char* dst, const char* src, int64_t n, int64_t b, int64_t blocks) {
+SYMMEM_DEVICE_INLINE void copy_share(char* dst, const char* src, int64_t n, int64_t b,
+                                     int64_t blocks) {
   int64_t units = (n + 15) / 16;
   int64_t lo = split_lo(units, blocks, b) * 16;
   int64_t hi = split_lo(units, blocks, b + 1) * 16;
@@ -290,20 +241,20 @@ struct Elem;
 template <>
 struct Elem<KType::f32> {
   using T = float;
-  static SYMMEM_KDEV float to_f(T v) { return v; }
-  static SYMMEM_KDEV T from_f(float v) { return v; }
+  static SYMMEM_DEVICE_INLINE float to_f(T v) { return v; }
+  static SYMMEM_DEVICE_INLINE T from_f(float v) { return v; }
 };
 template <>
 struct Elem<KType::f16> {
   using T = __half;
-  static SYMMEM_KDEV float to_f(T v) { return __half2float(v); }
-  static SYMMEM_KDEV T from_f(float v) { return __float2half_rn(v); }
+  static SYMMEM_DEVICE_INLINE float to_f(T v) { return __half2float(v); }
+  static SYMMEM_DEVICE_INLINE T from_f(float v) { return __float2half_rn(v); }
 };
 template <>
 struct Elem<KType::bf16> {
   using T = __nv_bfloat16;
-  static SYMMEM_KDEV float to_f(T v) { return __bfloat162float(v); }
-  static SYMMEM_KDEV T from_f(float v) { return __float2bfloat16_rn(v); }
+  static SYMMEM_DEVICE_INLINE float to_f(T v) { return __bfloat162float(v); }
+  static SYMMEM_DEVICE_INLINE T from_f(float v) { return __float2bfloat16_rn(v); }
 };
 
 // fp8 in storage bits; the conversions are the host's (core/float_convert.hpp), so every rank and
@@ -311,17 +262,17 @@ struct Elem<KType::bf16> {
 template <>
 struct Elem<KType::f8e4m3> {
   using T = unsigned char;
-  static SYMMEM_KDEV float to_f(T v) { return fp::e4m3_to_f32(v); }
-  static SYMMEM_KDEV T from_f(float v) { return fp::f32_to_e4m3(v); }
+  static SYMMEM_DEVICE_INLINE float to_f(T v) { return fp::e4m3_to_f32(v); }
+  static SYMMEM_DEVICE_INLINE T from_f(float v) { return fp::f32_to_e4m3(v); }
 };
 template <>
 struct Elem<KType::f8e5m2> {
   using T = unsigned char;
-  static SYMMEM_KDEV float to_f(T v) { return fp::e5m2_to_f32(v); }
-  static SYMMEM_KDEV T from_f(float v) { return fp::f32_to_e5m2(v); }
+  static SYMMEM_DEVICE_INLINE float to_f(T v) { return fp::e5m2_to_f32(v); }
+  static SYMMEM_DEVICE_INLINE T from_f(float v) { return fp::f32_to_e5m2(v); }
 };
 
-SYMMEM_KDEV float combine(KRed red, float a, float b) {
+SYMMEM_DEVICE_INLINE float combine(KRed red, float a, float b) {
   switch (red) {
     case KRed::min:
       return b < a ? b : a;
@@ -331,7 +282,7 @@ SYMMEM_KDEV float combine(KRed red, float a, float b) {
       return __fadd_rn(a, b);
   }
 }
-SYMMEM_KDEV float finish(KRed red, float a, int world) {
+SYMMEM_DEVICE_INLINE float finish(KRed red, float a, int world) {
   return red == KRed::avg ? __fdiv_rn(a, static_cast<float>(world)) : a;
 }
 
@@ -344,19 +295,19 @@ struct Vec {
   float f[kN];
 
   template <class Raw>
-  SYMMEM_KDEV void load(const Raw& raw) {
+  SYMMEM_DEVICE_INLINE void load(const Raw& raw) {
     const T* t = reinterpret_cast<const T*>(&raw);
 #pragma unroll
     for (int i = 0; i < kN; ++i) f[i] = E::to_f(t[i]);
   }
   template <class Raw>
-  SYMMEM_KDEV void combine_with(KRed red, const Raw& raw) {
+  SYMMEM_DEVICE_INLINE void combine_with(KRed red, const Raw& raw) {
     const T* t = reinterpret_cast<const T*>(&raw);
 #pragma unroll
     for (int i = 0; i < kN; ++i) f[i] = combine(red, f[i], E::to_f(t[i]));
   }
   template <class Raw>
-  SYMMEM_KDEV void store(KRed red, int world, Raw& raw) const {
+  SYMMEM_DEVICE_INLINE void store(KRed red, int world, Raw& raw) const {
     T* t = reinterpret_cast<T*>(&raw);
 #pragma unroll
     for (int i = 0; i < kN; ++i) t[i] = E::from_f(finish(red, f[i], world));
@@ -364,9 +315,9 @@ struct Vec {
 };
 
 // Elementwise (scalar) reduction of element i of `world` inputs at byte offset `off`.
-// Element loads/stores through the raw bit pattern (L1 bypassed for loads, like ld_cg_v4).
+// Element loads/stores through the raw bit pattern (L1 bypassed for loads, like dev::ld_v4_cg).
 template <KType K>
-SYMMEM_KDEV float load_elem(const char* p) {
+SYMMEM_DEVICE_INLINE float load_elem(const char* p) {
   using T = typename Elem<K>::T;
   if constexpr (sizeof(T) == 4) {
     return __ldcg(reinterpret_cast<const float*>(p));
@@ -380,23 +331,23 @@ SYMMEM_KDEV float load_elem(const char* p) {
   }
 }
 template <KType K>
-SYMMEM_KDEV void store_elem(char* p, float f) {
+SYMMEM_DEVICE_INLINE void store_elem(char* p, float f) {
   *reinterpret_cast<typename Elem<K>::T*>(p) = Elem<K>::from_f(f);
 }
 
 // Scalar reduction of the element at byte offset `off` of every rank's input (rank order).
 template <KType K>
-SYMMEM_KDEV float reduce_scalar(const PeerPtrs& in, int world, int64_t off, KRed red) {
+SYMMEM_DEVICE_INLINE float reduce_scalar(const PeerPtrs& in, int world, int64_t off, KRed red) {
   float acc = load_elem<K>(peer(in, 0) + off);
   for (int p = 1; p < world; ++p) acc = combine(red, acc, load_elem<K>(peer(in, p) + off));
   return finish(red, acc, world);
 }
 
 // Stores 16 bytes at any address.
-SYMMEM_KDEV void store16_any(char* dst, uint4 y) {
+SYMMEM_DEVICE_INLINE void store16_any(char* dst, uint4 y) {
   uintptr_t a = reinterpret_cast<uintptr_t>(dst);
   if ((a & 15) == 0) {
-    st_v4(dst, y);
+    dev::st_v4(dst, y);
   } else if ((a & 7) == 0) {
     reinterpret_cast<uint2*>(dst)[0] = make_uint2(y.x, y.y);
     reinterpret_cast<uint2*>(dst)[1] = make_uint2(y.z, y.w);
@@ -418,7 +369,7 @@ SYMMEM_KDEV void store16_any(char* dst, uint4 y) {
 
 // Loads/stores `nb` (<= 8) bytes at any address as the low bytes of a u64 (2-byte accesses
 // where the address and `nb` allow, bytes otherwise: fp8 pieces may be odd).
-SYMMEM_KDEV uint64_t load8_any(const char* p, int nb) {
+SYMMEM_DEVICE_INLINE uint64_t load8_any(const char* p, int nb) {
   if (nb == 8 && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
     return *reinterpret_cast<const uint64_t*>(p);
   }
@@ -434,7 +385,7 @@ SYMMEM_KDEV uint64_t load8_any(const char* p, int nb) {
   }
   return v;
 }
-SYMMEM_KDEV void store8_any(char* p, uint64_t v, int nb) {
+SYMMEM_DEVICE_INLINE void store8_any(char* p, uint64_t v, int nb) {
   if (nb == 8 && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
     *reinterpret_cast<uint64_t*>(p) = v;
     return;

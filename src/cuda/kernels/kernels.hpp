@@ -3,7 +3,8 @@
 // Host-facing interface of the peer-pointer collective kernels (src/cuda/kernels/*.cu).
 // Plain C++, no CUDA headers: src/cuda/cuda_ops.cu fills these structs and calls the
 // launchers, which enqueue one kernel each on `stream` (graph capturable, no allocation, no
-// host synchronisation).
+// host synchronisation). The kernels are written on the public device layer
+// (include/symmem/device/), through common.cuh.
 //
 // NOTE [workspace layout]
 // Every rank's workspace (the group's symmetric workspace, see OpArgs::workspace) is laid out
@@ -33,7 +34,8 @@
 //   kernel in between (it received their packets or passed a barrier with them), and a peer
 //   starts that kernel only after it finished reading parity p.
 // A wait that passes its deadline records the failure in the process timeout record (layout of
-// DeviceHandle::timeout_record) and the kernel returns without finishing its work. The recorded
+// DeviceHandle::timeout_record, written by symmem/device/sync.cuh's write_timeout_record like
+// the device API's waits do) and the kernel returns without finishing its work. The recorded
 // "channel" is not a signal-pad channel: -1 - b for block b of a barrier kernel, -1000 for an
 // LL kernel; the recorded peer is the rank that never arrived.
 
@@ -163,7 +165,8 @@ struct CopyArgs {
   int64_t bytes = 0;
 };
 
-// Layout of the op error record (int32 x 8, host-mapped): [0] flag (0 none, 2 being written,
+// Layout of the op error record (int32 x 8, host-mapped, 16-byte aligned; written as a device
+// record of two vectors, NOTE [device records] in symmem/device/sync.cuh): [0] flag (0 none,
 // 1 set), [1] code, [2] rank, [3] peer, [4..5] value a (int64, lo/hi), [6..7] value b.
 enum class OpErrorCode : int {
   none = 0,

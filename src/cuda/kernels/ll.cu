@@ -17,23 +17,23 @@
 namespace symmem::cuda::kernels {
 namespace {
 
-SYMMEM_KDEV uint4 make_packet(uint64_t v, uint32_t flag) {
+SYMMEM_DEVICE_INLINE uint4 make_packet(uint64_t v, uint32_t flag) {
   return make_uint4(static_cast<uint32_t>(v), flag, static_cast<uint32_t>(v >> 32), flag);
 }
 
 // Polls one packet until it carries `flag`; false on timeout (recorded).
-SYMMEM_KDEV bool poll_packet(const char* addr, uint32_t flag, uint64_t deadline, const SyncArgs& s,
-                             int src, uint64_t* out) {
+SYMMEM_DEVICE_INLINE bool poll_packet(const char* addr, uint32_t flag, dev::Deadline deadline,
+                                      const SyncArgs& s, int src, uint64_t* out) {
   int spins = 0;
   while (true) {
-    uint4 q = ld_volatile_v4(addr);
+    uint4 q = dev::ld_v4_volatile(addr);
     if (q.y == flag && q.w == flag) {
       *out = static_cast<uint64_t>(q.x) | (static_cast<uint64_t>(q.z) << 32);
       return true;
     }
     if (++spins == 64) {
       spins = 0;
-      if (gtimer_ns() > deadline) {
+      if (deadline.expired()) {
         record_timeout(s, -1000, src);
         return false;
       }
@@ -65,19 +65,19 @@ __global__ void __launch_bounds__(kThreads, 2) ll_kernel(const LLArgs a) {
       const uint4 pkt = make_packet(load8_any(a.send + u * 8, nb), flag);
       for (int i = 1; i < world; ++i) {
         const int p = rank + i < world ? rank + i : rank + i - world;
-        st_volatile_v4(peer(a.ll, p) + at, pkt);
+        dev::st_v4_volatile(peer(a.ll, p) + at, pkt);
       }
     } else {
       for (int i = 1; i < world; ++i) {
         const int p = rank + i < world ? rank + i : rank + i - world;
         const uint64_t v = load8_any(a.send + p * a.send_stride + u * 8, nb);
-        st_volatile_v4(peer(a.ll, p) + at, make_packet(v, flag));
+        dev::st_v4_volatile(peer(a.ll, p) + at, make_packet(v, flag));
       }
     }
   }
 
   // Receive.
-  const uint64_t deadline = deadline_after(s.timeout_ns);
+  const dev::Deadline deadline = deadline_after(s.timeout_ns);
   const char* mine = peer(a.ll, rank) + parity_off;
   const char* own = a.send + rank * a.send_stride;
   bool ok = true;
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kThreads, 2) ll_kernel(const LLArgs a) {
 #pragma unroll
           for (int p = 0; p < kW; ++p) {
             if (pending & (1u << p)) {
-              uint4 q = ld_volatile_v4(mine + static_cast<size_t>(p) * slot + at);
+              uint4 q = dev::ld_v4_volatile(mine + static_cast<size_t>(p) * slot + at);
               if (q.y == flag && q.w == flag) {
                 v[p] = static_cast<uint64_t>(q.x) | (static_cast<uint64_t>(q.z) << 32);
                 pending &= ~(1u << p);
@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kThreads, 2) ll_kernel(const LLArgs a) {
           }
           if (pending != 0 && ++spins == 64) {
             spins = 0;
-            if (gtimer_ns() > deadline) {
+            if (deadline.expired()) {
               record_timeout(s, -1000, __ffs(pending) - 1);
               ok = false;
               break;

@@ -28,13 +28,14 @@ namespace {
 struct Range {
   int64_t lo, hi;
 };
-SYMMEM_KDEV Range share(int64_t units, int64_t parts, int64_t part, int64_t blocks, int64_t b) {
+SYMMEM_DEVICE_INLINE Range share(int64_t units, int64_t parts, int64_t part, int64_t blocks,
+                                 int64_t b) {
   const int64_t plo = split_lo(units, parts, part);
   const int64_t len = split_lo(units, parts, part + 1) - plo;
   return Range{plo + split_lo(len, blocks, b), plo + split_lo(len, blocks, b + 1)};
 }
 
-SYMMEM_KDEV void copy_units(char* dst, const char* src, Range r, int64_t bytes) {
+SYMMEM_DEVICE_INLINE void copy_units(char* dst, const char* src, Range r, int64_t bytes) {
   int64_t lo = r.lo * 16;
   int64_t hi = r.hi * 16 < bytes ? r.hi * 16 : bytes;
   if (lo < hi) copy_bytes(dst + lo, src + lo, hi - lo, threadIdx.x, blockDim.x);
@@ -42,8 +43,8 @@ SYMMEM_KDEV void copy_units(char* dst, const char* src, Range r, int64_t bytes) 
 
 // Reduces full units [lo, hi) (offset `base` bytes into every in[p]); `emit(u, y)` stores.
 template <KType K, int kW, class Emit>
-SYMMEM_KDEV void reduce_full_units(const PeerPtrs& in, int world, int64_t base, KRed red,
-                                   int64_t lo, int64_t hi, Emit emit) {
+SYMMEM_DEVICE_INLINE void reduce_full_units(const PeerPtrs& in, int world, int64_t base, KRed red,
+                                            int64_t lo, int64_t hi, Emit emit) {
   using V16 = Vec<K, 16>;
   if constexpr (kW > 0) {
     // Units per thread per step: kU x kW 16-byte loads in flight (>= 4), within 64 registers
@@ -59,7 +60,7 @@ SYMMEM_KDEV void reduce_full_units(const PeerPtrs& in, int world, int64_t base, 
         const int64_t u = u0 + static_cast<int64_t>(j) * 32;
         if (u < hi) {
 #pragma unroll
-          for (int p = 0; p < kW; ++p) x[j][p] = ld_cg_v4(peer(in, p) + base + u * 16);
+          for (int p = 0; p < kW; ++p) x[j][p] = dev::ld_v4_cg(peer(in, p) + base + u * 16);
         }
       }
 #pragma unroll
@@ -79,8 +80,9 @@ SYMMEM_KDEV void reduce_full_units(const PeerPtrs& in, int world, int64_t base, 
   } else {
     for (int64_t u = lo + threadIdx.x; u < hi; u += blockDim.x) {
       V16 acc;
-      acc.load(ld_cg_v4(peer(in, 0) + base + u * 16));
-      for (int p = 1; p < world; ++p) acc.combine_with(red, ld_cg_v4(peer(in, p) + base + u * 16));
+      acc.load(dev::ld_v4_cg(peer(in, 0) + base + u * 16));
+      for (int p = 1; p < world; ++p)
+        acc.combine_with(red, dev::ld_v4_cg(peer(in, p) + base + u * 16));
       uint4 y;
       acc.store(red, world, y);
       emit(u, y);
@@ -91,8 +93,8 @@ SYMMEM_KDEV void reduce_full_units(const PeerPtrs& in, int world, int64_t base, 
 // Reduces units [r.lo, r.hi) of a range of `count` elements: full units vectorised, the partial
 // last unit element by element. emit(u, y) for full units, emit_elem(byte_offset, f) for the rest.
 template <KType K, int kW, class Emit, class EmitElem>
-SYMMEM_KDEV void reduce_range(const PeerPtrs& in, int world, int64_t base, KRed red, Range r,
-                              int64_t count, Emit emit, EmitElem emit_elem) {
+SYMMEM_DEVICE_INLINE void reduce_range(const PeerPtrs& in, int world, int64_t base, KRed red,
+                                       Range r, int64_t count, Emit emit, EmitElem emit_elem) {
   constexpr int64_t es = sizeof(typename Elem<K>::T);
   constexpr int64_t kV = 16 / es;
   const int64_t full = count / kV;
@@ -112,7 +114,7 @@ __global__ void __launch_bounds__(kThreads, 2) reduce_kernel(const ReduceArgs a)
   const int world = kW > 0 ? kW : s.world;
   const int rank = s.rank;
   const uint32_t epoch = read_epoch(s);
-  const uint64_t deadline = deadline_after(s.timeout_ns);
+  const dev::Deadline deadline = deadline_after(s.timeout_ns);
   const int64_t G = gridDim.x;
   const int64_t b = blockIdx.x;
   const int64_t units = (a.count + kV - 1) / kV;
@@ -133,9 +135,9 @@ __global__ void __launch_bounds__(kThreads, 2) reduce_kernel(const ReduceArgs a)
       auto emit = [&](int64_t u, uint4 y) {
         if constexpr (kW > 0) {
 #pragma unroll
-          for (int p = 0; p < kW; ++p) st_v4(peer(out, p) + u * 16, y);
+          for (int p = 0; p < kW; ++p) dev::st_v4(peer(out, p) + u * 16, y);
         } else {
-          for (int p = 0; p < world; ++p) st_v4(peer(out, p) + u * 16, y);
+          for (int p = 0; p < world; ++p) dev::st_v4(peer(out, p) + u * 16, y);
         }
       };
       auto emit_elem = [&](int64_t off, float f) {
