@@ -77,9 +77,9 @@ SYMMEM_DEVICE_INLINE uint32_t flag_value(uint32_t epoch, uint32_t phase) {
 
 // Pairwise barrier of block blockIdx.x with the same block of every rank (all threads call it).
 // Releases this block's earlier writes, acquires the peers' blocks' writes. Returns false on
-// timeout (every thread gets the same answer). The wait polls with acquire loads
-// (LDG.E.STRONG.SYS + CCTL.IVALL per iteration on sm_90); NOTE [polling loads] in
-// symmem/device/primitives.cuh says why a relaxed poll and one acquire would be cheaper.
+// timeout (every thread gets the same answer). The wait polls with relaxed loads and takes the
+// ordering once, with one acquire load of the flag it saw raised (NOTE [polling loads] in
+// symmem/device/primitives.cuh: an acquire poll adds CCTL.IVALL to every iteration).
 SYMMEM_DEVICE_INLINE bool block_barrier(const SyncArgs& s, uint32_t value, dev::Deadline deadline) {
   __syncthreads();
   bool ok = true;
@@ -94,7 +94,7 @@ SYMMEM_DEVICE_INLINE bool block_barrier(const SyncArgs& s, uint32_t value, dev::
         reinterpret_cast<const uint32_t*>(peer(s.ctrl, s.rank) + kCtrlFlagsOffset) +
         static_cast<size_t>(blockIdx.x) * s.world + p;
     int spins = 0;
-    while (static_cast<int32_t>(dev::load_sys<MemOrder::acquire>(mine) - value) < 0) {
+    while (static_cast<int32_t>(dev::load_sys<MemOrder::relaxed>(mine) - value) < 0) {
       if (++spins == 64) {
         spins = 0;
         if (deadline.expired()) {
@@ -104,6 +104,9 @@ SYMMEM_DEVICE_INLINE bool block_barrier(const SyncArgs& s, uint32_t value, dev::
         }
       }
     }
+    // Synchronizes with the peer's release store (flags only grow: a later value is a later
+    // release by the same peer).
+    if (ok) (void)dev::load_sys<MemOrder::acquire>(mine);
   }
   return __syncthreads_and(ok) != 0;
 }
