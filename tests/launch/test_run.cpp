@@ -324,10 +324,13 @@ TEST(SymmemRunBinding, BindToCoreGivesEachRankOneDistinctCpu) {
       EXPECT_TRUE(all.insert(c).second) << "CPU " << c << " given to two ranks:\n" << r.out;
     }
   }
-  // The default does the same here (as many CPUs as ranks).
+  // The default binds too (a core, or a NUMA node, of its own), with nothing shared.
   auto d = run({"-n", "2", "--report-bindings", "--", SYMMEM_PRINT_AFFINITY});
   ASSERT_EQ(d.rc, 0) << d.err;
-  EXPECT_EQ(rank_cpus(d.out), m);
+  auto dm = rank_cpus(d.out);
+  ASSERT_EQ(dm.size(), 2u) << d.out;
+  for (int c : dm[0]) EXPECT_EQ(dm[1].count(c), 0u) << "CPU " << c << " given to both:\n" << d.out;
+  EXPECT_FALSE(dm[0].empty() || dm[1].empty()) << d.out;
   EXPECT_TRUE(contains(d.err, "symmem-run: rank 0: bound to CPUs ")) << d.err;
   EXPECT_TRUE(contains(d.err, "symmem-run: rank 1: bound to CPUs ")) << d.err;
 }
