@@ -109,16 +109,22 @@ class PadSync {
   void wait(int src) {
     uint32_t* slot = pads_[rank_] + static_cast<size_t>(sync_ch_) * world_ + src;
     std::atomic_ref<uint32_t> s(*slot);
-    // Spin ~kSpinTime (not when ranks outnumber cores: the peer needs this core), then yield
-    // ~kYieldTime, then sleep.
+    // Spin (not when ranks outnumber cores: the peer needs this core), then yield ~kYieldTime,
+    // then sleep. NOTE [pad wait backoff]: the long spin (kSpinTime) is skipped while the
+    // signals of this process's recent waits arrived during a short sched_yield, i.e. while a
+    // peer runs on this rank's CPU (unbound ranks the scheduler put together: spinning there
+    // only delays the peer, 20 us per wait). A yield that returns at once (nobody else here) or
+    // only after a long time (another program had the CPU) clears that hint again.
     if (!oversubscribed_) {
       for (int i = 0; i < 64; ++i) {
         if (s.load(std::memory_order_acquire) != 0) return consume(s);
         __builtin_ia32_pause();
       }
     }
+    std::atomic<bool>& peer_here = peer_shares_cpu();
     const auto t0 = SyncClock::now();
-    while (!oversubscribed_ && SyncClock::now() - t0 < kSpinTime) {
+    const bool spin = !oversubscribed_ && !peer_here.load(std::memory_order_relaxed);
+    while (spin && SyncClock::now() - t0 < kSpinTime) {
       for (int i = 0; i < 64; ++i) {
         if (s.load(std::memory_order_acquire) != 0) return consume(s);
         __builtin_ia32_pause();
@@ -126,7 +132,15 @@ class PadSync {
     }
     while (SyncClock::now() - t0 < kYieldTime) {
       if (s.load(std::memory_order_acquire) != 0) return consume(s);
+      const auto y0 = SyncClock::now();
       sched_yield();
+      const auto took = SyncClock::now() - y0;
+      if (s.load(std::memory_order_acquire) != 0) {
+        const bool shared = took >= kSwitchMin && took < kPeerRunMax;
+        if (shared != peer_here.load(std::memory_order_relaxed))
+          peer_here.store(shared, std::memory_order_relaxed);
+        return consume(s);
+      }
     }
     std::atomic_ref<uint32_t> sleeping(
         pads_[rank_][static_cast<size_t>(sleep_ch_) * world_ + rank_]);
@@ -182,6 +196,14 @@ class PadSync {
   int sleep_ch_ = 0;
   bool oversubscribed_ = false;
   static constexpr std::chrono::microseconds kSpinTime{20};
+  // NOTE [pad wait backoff]: a sched_yield that took [kSwitchMin, kPeerRunMax) ran someone else
+  // briefly; with the awaited signal there afterwards, that was the peer.
+  static constexpr std::chrono::nanoseconds kSwitchMin{1500};
+  static constexpr std::chrono::microseconds kPeerRunMax{200};
+  static std::atomic<bool>& peer_shares_cpu() {
+    static std::atomic<bool> hint{false};
+    return hint;
+  }
   static constexpr std::chrono::microseconds kYieldTime{20000};
   std::vector<uint32_t*> pads_;
   SyncClock::time_point deadline_;

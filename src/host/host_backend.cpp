@@ -22,7 +22,6 @@
 #include <map>
 #include <mutex>
 #include <sstream>
-#include <thread>
 
 #include "core/check.hpp"
 #include "core/ipc_channel.hpp"
@@ -105,11 +104,15 @@ std::shared_ptr<PidWatch> watch_pid(int pid) {
   return s;
 }
 
-unsigned online_cpus() {
+// The CPUs this process may run on (sched_getaffinity), the first 1024 of them as bits; every
+// bit set when the mask cannot be read.
+void own_cpus(uint64_t (&bits)[16]) {
   cpu_set_t set;
-  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return static_cast<unsigned>(CPU_COUNT(&set));
-  unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : n;
+  CPU_ZERO(&set);
+  const bool ok = ::sched_getaffinity(0, sizeof(set), &set) == 0;
+  for (int c = 0; c < 1024; ++c) {
+    if (!ok || CPU_ISSET(c, &set)) bits[c / 64] |= uint64_t{1} << (c % 64);
+  }
 }
 
 // What a rank publishes at rendezvous.
@@ -120,6 +123,7 @@ struct PeerInfo {
   int32_t reserved;
   char pidns[64];
   char address[112];
+  uint64_t cpus[16];  // own_cpus(): whether the ranks outnumber the CPUs they may use together
 };
 
 struct FdCloser {
@@ -247,6 +251,7 @@ class HostMemory final : public BackendMemory {
   // Set up by HostBackend::allocate.
   std::vector<void*>& maps() { return maps_; }
   void set_watch(int peer, std::shared_ptr<PidWatch> w) { watch_[peer] = std::move(w); }
+  void set_crowded(bool crowded) { spin_ = crowded ? kSpinCrowded : kSpinAlone; }
 
  private:
   struct Pending {
@@ -424,10 +429,9 @@ std::shared_ptr<BackendMemory> HostBackend::allocate(const Group& group,
   std::vector<int> global(world);
   for (int r = 0; r < world; ++r) global[r] = group.global_rank(r);
   std::string label = "allocation #" + std::to_string(info.alloc_id) + " of group " + group.name();
-  bool crowded = static_cast<unsigned>(group.local_world_size()) > online_cpus();
   auto mem =
       std::make_shared<HostMemory>(rank, world, global, label, info.bytes, info.signal_pad_bytes,
-                                   pad_off, ctrl_off, map_bytes, crowded);
+                                   pad_off, ctrl_off, map_bytes, /*crowded=*/false);
 
   // This rank's memfd: sized, backed, sealed, mapped.
   std::string fd_name =
@@ -464,6 +468,7 @@ std::shared_ptr<BackendMemory> HostBackend::allocate(const Group& group,
   SYMMEM_CHECK(op, rank, channel.address().size() < sizeof(me.address), ErrorCode::Internal,
                "IPC address too long: " << channel.address());
   std::strncpy(me.address, channel.address().c_str(), sizeof(me.address) - 1);
+  own_cpus(me.cpus);
   std::vector<PeerInfo> peers;
   try {
     peers = group_exchange(group, "symmem/host").all_gather(me);
@@ -476,6 +481,17 @@ std::shared_ptr<BackendMemory> HostBackend::allocate(const Group& group,
                  "rank " << p << " rendezvoused allocation #" << peers[p].alloc_id << " of "
                          << peers[p].map_bytes << " bytes with " << label << " of " << map_bytes
                          << " bytes");
+  }
+  // Crowded: the ranks outnumber the CPUs they may use together (each rank's own mask says
+  // nothing about that: a rank that symmem-run bound to one core of its own has one CPU).
+  {
+    int cpus = 0;
+    for (int w = 0; w < 16; ++w) {
+      uint64_t all = 0;
+      for (const PeerInfo& p : peers) all |= p.cpus[w];
+      cpus += __builtin_popcountll(all);
+    }
+    mem->set_crowded(world > cpus);
   }
   auto tag = [&](int src, int dst) {
     return group.name() + "/" + std::to_string(info.alloc_id) + "/" + std::to_string(src) + ">" +

@@ -29,8 +29,16 @@ using Clock = std::chrono::steady_clock;
 struct Result {
   int rc = -1;  // exit status, or 128+signal
   std::string out, err;
+  std::string note;  // symmem-run's line saying it did not bind the ranks (taken out of `err`)
   double seconds = 0;
 };
+
+// Whether `line` is the note symmem-run prints when its default binding binds nothing (more
+// ranks than CPUs; NOTE [rank binding] in tools/run/binding.hpp).
+inline bool is_binding_note(const std::string& line) {
+  return line.rfind("symmem-run: ", 0) == 0 &&
+         line.find("ranks are not bound to CPUs") != std::string::npos;
+}
 
 inline std::string slurp(const std::string& path) {
   std::ifstream f(path);
@@ -89,7 +97,10 @@ inline Result run(std::vector<std::string> args, double limit_s = 30,
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   r.out = slurp(out_path);
-  r.err = slurp(err_path);
+  {
+    std::istringstream in(slurp(err_path));
+    for (std::string l; std::getline(in, l);) (is_binding_note(l) ? r.note : r.err) += l + "\n";
+  }
   unlink(out_path);
   unlink(err_path);
   return r;

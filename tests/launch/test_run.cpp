@@ -1,14 +1,18 @@
-// symmem-run, driven from outside: environment, output relay, failures, signals, timeout, skip.
+// symmem-run, driven from outside: environment, output relay, failures, signals, timeout, skip,
+// CPU binding.
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -100,6 +104,7 @@ TEST(SymmemRun, FailingRankStopsTheJobAndIsNamed) {
   // One line per failed rank; the others were stopped.
   EXPECT_TRUE(contains(r.err, "symmem-run: rank 0 killed by signal 15 (Terminated)")) << r.err;
   EXPECT_TRUE(contains(r.err, "symmem-run: rank 2 killed by signal 15 (Terminated)")) << r.err;
+  ASSERT_FALSE(lines(r.err).empty());
   EXPECT_EQ(lines(r.err)[0].rfind("symmem-run: rank 1", 0), 0u) << "first failure first:\n"
                                                                 << r.err;
 }
@@ -245,4 +250,144 @@ TEST(SymmemRun, RanksDieWithTheLauncher) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   for (const auto& p : pids) EXPECT_FALSE(pid_alive(std::stoi(p))) << "rank pid " << p;
+}
+
+// ---- binding (NOTE [rank binding] in tools/run/binding.hpp) -------------------------------------
+
+namespace {
+
+std::vector<int> own_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  EXPECT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  std::vector<int> v;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) v.push_back(c);
+  return v;
+}
+
+// Each rank's CPUs as print_affinity reports them, by rank.
+std::map<int, std::set<int>> rank_cpus(const std::string& out) {
+  std::map<int, std::set<int>> m;
+  std::regex re(R"(\[(\d+)\] cpus ([0-9,]*))");
+  for (const auto& l : lines(out)) {
+    std::smatch s;
+    if (!std::regex_match(l, s, re)) {
+      ADD_FAILURE() << "unexpected line '" << l << "'";
+      continue;
+    }
+    std::set<int>& cpus = m[std::stoi(s[1])];
+    std::stringstream in(s[2]);
+    for (std::string c; std::getline(in, c, ',');) cpus.insert(std::stoi(c));
+  }
+  return m;
+}
+
+std::string str(const std::set<int>& s) {
+  std::string o;
+  for (int c : s) o += (o.empty() ? "" : ",") + std::to_string(c);
+  return o;
+}
+
+// Runs `body` with this process (and so the symmem-run it spawns) restricted to `cpus`.
+void with_affinity(const std::vector<int>& cpus, const std::function<void()>& body) {
+  cpu_set_t old, set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(old), &old), 0);
+  CPU_ZERO(&set);
+  for (int c : cpus) CPU_SET(c, &set);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(set), &set), 0);
+  body();
+  ASSERT_EQ(sched_setaffinity(0, sizeof(old), &old), 0);
+}
+
+}  // namespace
+
+TEST(SymmemRunBinding, BindToCoreGivesEachRankOneDistinctCpu) {
+  const std::vector<int> mine = own_cpus();
+  if (mine.size() < 2)
+    GTEST_SKIP() << "this process may use " << mine.size() << " CPU(s); binding 2 ranks to "
+                 << "distinct CPUs needs 2";
+  auto r = run({"-n", "2", "--bind-to", "core", "--", SYMMEM_PRINT_AFFINITY});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.note, "");
+  auto m = rank_cpus(r.out);
+  ASSERT_EQ(m.size(), 2u) << r.out;
+  std::set<int> all;
+  for (const auto& [rank, cpus] : m) {
+    // One core each: one CPU unless the core has several hardware threads we may use.
+    EXPECT_GE(cpus.size(), 1u) << "rank " << rank;
+    if (mine.size() <= 2) EXPECT_EQ(cpus.size(), 1u) << "rank " << rank << ": " << str(cpus);
+    for (int c : cpus) {
+      EXPECT_TRUE(std::find(mine.begin(), mine.end(), c) != mine.end())
+          << "rank " << rank << " got CPU " << c << ", outside symmem-run's own mask";
+      EXPECT_TRUE(all.insert(c).second) << "CPU " << c << " given to two ranks:\n" << r.out;
+    }
+  }
+  // The default binds too (a core, or a NUMA node, of its own), with nothing shared.
+  auto d = run({"-n", "2", "--report-bindings", "--", SYMMEM_PRINT_AFFINITY});
+  ASSERT_EQ(d.rc, 0) << d.err;
+  auto dm = rank_cpus(d.out);
+  ASSERT_EQ(dm.size(), 2u) << d.out;
+  for (int c : dm[0]) EXPECT_EQ(dm[1].count(c), 0u) << "CPU " << c << " given to both:\n" << d.out;
+  EXPECT_FALSE(dm[0].empty() || dm[1].empty()) << d.out;
+  EXPECT_TRUE(contains(d.err, "symmem-run: rank 0: bound to CPUs ")) << d.err;
+  EXPECT_TRUE(contains(d.err, "symmem-run: rank 1: bound to CPUs ")) << d.err;
+}
+
+TEST(SymmemRunBinding, NoneKeepsTheLaunchersMask) {
+  const std::vector<int> mine = own_cpus();
+  std::set<int> want(mine.begin(), mine.end());
+  auto r = run({"-n", "2", "--bind-to=none", "--", SYMMEM_PRINT_AFFINITY});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto m = rank_cpus(r.out);
+  ASSERT_EQ(m.size(), 2u) << r.out;
+  for (const auto& [rank, cpus] : m) EXPECT_EQ(cpus, want) << "rank " << rank;
+  EXPECT_EQ(r.note, "");
+}
+
+TEST(SymmemRunBinding, MoreRanksThanCpusRunUnboundAndSaySoOnce) {
+  const std::vector<int> mine = own_cpus();
+  std::set<int> want(mine.begin(), mine.end());
+  const int n = static_cast<int>(mine.size()) + 1;
+  auto r = run({"-n", std::to_string(n), "--", SYMMEM_PRINT_AFFINITY}, 60);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(lines(r.note).size(), 1u) << r.note;
+  EXPECT_TRUE(contains(r.note, std::to_string(n) + " ranks")) << r.note;
+  EXPECT_EQ(r.err, "");
+  auto m = rank_cpus(r.out);
+  ASSERT_EQ(m.size(), static_cast<size_t>(n)) << r.out;
+  for (const auto& [rank, cpus] : m) EXPECT_EQ(cpus, want) << "rank " << rank;
+  // Asked for explicitly, a core each cannot be had: a usage error that names the way out.
+  auto e = run({"-n", std::to_string(n), "--bind-to", "core", "--", SYMMEM_PRINT_AFFINITY}, 60);
+  EXPECT_EQ(e.rc, 2);
+  EXPECT_TRUE(contains(e.err, "--bind-to none")) << e.err;
+  EXPECT_EQ(e.out, "");
+}
+
+TEST(SymmemRunBinding, BindsWithinTheMaskItWasStartedUnder) {
+  // As under `taskset -c LAST symmem-run ...`: the one rank gets that CPU, not CPU 0.
+  const std::vector<int> mine = own_cpus();
+  const int last = mine.back();
+  with_affinity({last}, [&] {
+    auto r = run({"-n", "1", "--", SYMMEM_PRINT_AFFINITY});
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(rank_cpus(r.out), (std::map<int, std::set<int>>{{0, {last}}})) << r.out;
+    // Two ranks on that one CPU: unbound, said once.
+    r = run({"-n", "2", "--", SYMMEM_PRINT_AFFINITY});
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(lines(r.note).size(), 1u) << r.note;
+    EXPECT_EQ(rank_cpus(r.out), (std::map<int, std::set<int>>{{0, {last}}, {1, {last}}}));
+  });
+}
+
+TEST(SymmemRunBinding, BadValues) {
+  for (const char* bad : {"cores", "socket", ""}) {
+    auto r = run({"-n", "2", "--bind-to", bad, "--", "true"});
+    EXPECT_EQ(r.rc, 2) << bad;
+    EXPECT_TRUE(contains(r.err, "--bind-to wants core, numa or none")) << r.err;
+  }
+  auto r = run({"-n", "2", "--bind-to"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_TRUE(contains(r.err, "--bind-to needs a value")) << r.err;
 }

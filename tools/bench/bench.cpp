@@ -1,12 +1,17 @@
-// symmem-bench: nccl-tests-style benchmark of symmem's collectives, verified.
+// symmem-bench: nccl-tests-style benchmark of symmem's collectives, verified. One process per
+// rank, started by a launcher:
 //
-//   symmem-run -n 4 symmem-bench                       # all_reduce f32 sum, a size sweep
-//   symmem-bench --op all --dtype bf16 -b 1K -e 64M -f 4 --json out.jsonl
+//   symmem-run -n 4 -- symmem-bench                    # all_reduce f32 sum, a size sweep
+//   symmem-run -n 4 -- symmem-bench --op all --dtype bf16 -b 1K -e 64M -f 4 --json out.jsonl
 //
 // Sizes are bytes per rank (nccl-tests convention: the larger buffer of the op). Inputs are small
 // integers (exact in every dtype, and so are their sums and averages), so every result has one
 // exact answer; -c 1 (default) checks every element of every rank and the exit status is 1 when
-// any is wrong. Rank 0 prints the table; --json FILE gets one object per row.
+// any is wrong. Every iteration is timed (no barrier between iterations); rank 0 prints the table
+// (mean, then median/min/max over iterations) and --json FILE gets one object per row. See
+// usage() for every option and column.
+
+#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
@@ -44,7 +49,8 @@ struct Options {
   std::string json;
 };
 
-// The op and dtype lists come from their tables (NOTE [op table], NOTE [dtype table]).
+// The op and dtype lists and the per-op size meanings come from their tables (NOTE [op table],
+// NOTE [dtype table]).
 std::string usage() {
   std::string ops, types;
   for (OpKind k : all_ops()) ops += std::string(" ") + op_name(k);
@@ -54,15 +60,64 @@ std::string usage() {
          "                    [--redop sum|avg|min|max] [--algo auto|one_shot|two_shot]\n"
          "                    [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1]\n"
          "                    [--root R] [--mem sym|plain] [--json FILE]\n"
-         "  OP:" +
-         ops +
          "\n"
-         "  T:" +
+         "Times symmem's collectives over a range of sizes and checks their results, like\n"
+         "nccl-tests. Every process is one rank: start it under a launcher (symmem-run, torchrun,\n"
+         "srun, mpirun; see docs/launching.md), for example\n"
+         "    symmem-run -n 4 -- symmem-bench --op all_reduce -b 4K -e 16M\n"
+         "Started without one it stops with an error that says what is missing\n"
+         "(symmem-run -n 1 -- symmem-bench runs a single rank). Rank 0 prints the table.\n"
+         "\n"
+         "  --backend B     where buffers live and which transport runs the ops; auto: host for\n"
+         "                  CPU memory (the GPU backends use GPU local_rank % device count)\n"
+         "  --op OP         one of" +
+         ops +
+         ", or all\n"
+         "  --dtype T       one of" +
          types +
-         " (or their long names: float32, bfloat16, float8_e4m3fn, ...).\n"
-         "  Sizes: bytes per rank, with K/M/G suffixes (x1024).\n"
-         "  --mem sym: buffers in symmetric memory (zero copy); plain: ordinary memory (staged).\n"
-         "  Defaults: --op all_reduce --dtype f32 --redop sum -b 4 -e 16M -f 4 -n 20 -w 5 -c 1.\n";
+         "\n"
+         "                  (or the long names: float32, bfloat16, float8_e4m3fn, ...)\n"
+         "  --redop R       the reduction of all_reduce and reduce_scatter\n"
+         "  --algo A        all_reduce's algorithm (auto picks by size)\n"
+         "  -b, -e SIZE     smallest and largest size: bytes per rank, K/M/G suffixes (x1024)\n"
+         "  -f FACTOR       size step (multiply by FACTOR, > 1)\n"
+         "  -n ITERS        timed iterations per size (each timed on its own)\n"
+         "  -w WARMUP       untimed iterations before them\n"
+         "  -c 0|1          1: before timing, run the op once on known inputs and check every\n"
+         "                  element on every rank (#wrong; exit status 1 if any is wrong);\n"
+         "                  0: no check (#wrong is N/A)\n"
+         "  --root R        broadcast's root rank\n"
+         "  --mem M         sym: buffers in symmetric memory (zero copy); plain: ordinary memory\n"
+         "                  (ops stage it through the group's workspace)\n"
+         "  --json FILE     also write one JSON object per row to FILE (rank 0)\n"
+         "Defaults: --op all_reduce --dtype f32 --redop sum -b 4 -e 16M -f 4 -n 20 -w 5 -c 1.\n"
+         "\n"
+         "What a size is, per op (buffers per rank in units of the op's count argument c, N "
+         "ranks):\n"
+         "the size is the larger buffer's bytes per rank, as in nccl-tests; sizes too small for "
+         "one\n"
+         "element per block are skipped.\n" +
+         size_help() +
+         "\n"
+         "Columns (JSON field in brackets):\n"
+         "  size        bytes per rank, as above [bytes]\n"
+         "  count       elements of that buffer: size / dtype bytes [count]\n"
+         "  type, redop the dtype and the reduction (none for data movement) [dtype, redop]\n"
+         "  time(us)    mean time per iteration: the slowest rank's time for all ITERS, divided\n"
+         "              by ITERS (what nccl-tests prints) [time_us]\n"
+         "  algbw(GB/s) size / time [algbw_gbps]\n"
+         "  busbw(GB/s) algbw x nccl-tests' bus factor of the op, comparable across rank counts:\n"
+         "              all_reduce 2(N-1)/N, reduce_scatter, all_gather and all_to_all(v)\n"
+         "              (N-1)/N, broadcast 1 [busbw_gbps]\n"
+         "  #wrong      wrong elements over all ranks; N/A with -c 0 [wrong]\n"
+         "  med(us), min(us), max(us)\n"
+         "              the median, fastest and slowest of the ITERS iterations of the rank\n"
+         "              whose time(us) it is (each iteration timed on its own: CPU clock on the\n"
+         "              host backend, CUDA events on GPU backends). A max far above the median\n"
+         "              is noise (another program, ranks sharing a CPU); a median far from\n"
+         "              time(us) too [time_median_us, time_min_us, time_max_us, iters]\n"
+         "The header names each rank's CPUs (sched_getaffinity): symmem-run binds ranks to CPUs\n"
+         "of their own by default (--bind-to), and unbound ranks make small sizes noisy.\n";
 }
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -278,19 +333,38 @@ class Runner {
     for (int i = 0; i < o_.warmup; ++i) once();
     io_.synchronize();
     barrier(g_);
+    // No barrier between iterations: each is timed between marks (host clock or CUDA events).
+    io_.marks(o_.iters);
     auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < o_.iters; ++i) once();
+    io_.mark(0);
+    for (int i = 0; i < o_.iters; ++i) {
+      once();
+      io_.mark(i + 1);
+    }
     io_.synchronize();
     auto t1 = std::chrono::steady_clock::now();
     double us = std::chrono::duration<double, std::micro>(t1 - t0).count() / o_.iters;
     // The slowest rank's time; wrong elements summed over ranks (host memory, host backend).
     double t_all = us;
     all_reduce(&us, &t_all, 1, DType::f64, ReduceOp::max, g_, host_opts());
+    // The spread of the iterations of that slowest rank (the lowest one if several), so that
+    // min <= time <= max holds: clocks of different ranks (and GPUs) are not compared.
+    const Spread own = spread_of(io_.durations_us());
+    double slow_in = us == t_all ? r : n, slow = slow_in;
+    all_reduce(&slow_in, &slow, 1, DType::f64, ReduceOp::min, g_, host_opts());
+    double sp[3] = {-1, -1, -1}, sp_all[3];
+    if (r == static_cast<int>(slow)) {
+      sp[0] = own.median_us;
+      sp[1] = own.min_us;
+      sp[2] = own.max_us;
+    }
+    all_reduce(sp, sp_all, 3, DType::f64, ReduceOp::max, g_, host_opts());
     long long w_all = wrong;
     if (o_.check) all_reduce(&wrong, &w_all, 1, DType::i64, ReduceOp::sum, g_, host_opts());
     *row = make_row(op, n, s.bytes, s.bytes / es, t_all);
     row->wrong = o_.check ? w_all : -1;
-    (void)r;
+    row->iters = o_.iters;
+    row->spread = Spread{sp_all[0], sp_all[1], sp_all[2]};
     return true;
   }
 
@@ -438,6 +512,28 @@ int main_impl(int argc, char** argv) {
         "# symmem-bench %s: backend %s, ranks %d, memory %s, iters %d, warmup %d, check %d\n",
         SYMMEM_VERSION_STRING, backend.c_str(), g.world_size(), o.mem.c_str(), o.iters, o.warmup,
         o.check);
+  }
+  // Each rank's CPUs, gathered to rank 0 with the library's own all_gather (host memory).
+  {
+    constexpr size_t kWords = 16;  // the first 1024 CPUs
+    std::vector<uint64_t> mine(kWords, 0), all(kWords * static_cast<size_t>(g.world_size()));
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+      for (int c = 0; c < static_cast<int>(kWords * 64) && c < CPU_SETSIZE; ++c) {
+        if (CPU_ISSET(c, &set)) mine[c / 64] |= uint64_t{1} << (c % 64);
+      }
+    }
+    OpOptions h;
+    h.device = Device::cpu();
+    all_gather(mine.data(), all.data(), kWords, DType::i64, g, h);
+    if (lead) {
+      std::vector<std::string> lists;
+      for (int r = 0; r < g.world_size(); ++r) {
+        lists.push_back(cpu_list(all.data() + r * kWords, kWords));
+      }
+      std::printf("%s", binding_lines(lists).c_str());
+    }
   }
   Runner runner(g, o, dt, redop, algo, device, *io);
   long long total_wrong = 0;

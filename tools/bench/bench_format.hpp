@@ -1,9 +1,12 @@
 #pragma once
 
 // Pure parts of symmem-bench: the ops it runs and their bus-bandwidth factors (from the op
-// table), size parsing, and the table/JSON row formats. Header-only so that tests can check them
-// without running ranks.
+// table), size parsing, the time statistics, the table/JSON row formats, what a size means per op
+// (for --help) and the ranks' CPU lists. Header-only so that tests can check them without running
+// ranks.
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -65,12 +68,30 @@ inline size_t parse_size(const std::string& s) {
   return static_cast<size_t>(v * mult);
 }
 
+// Spread of per-iteration times (each iteration's time is the slowest rank's).
+struct Spread {
+  double median_us = NAN, min_us = NAN, max_us = NAN;
+};
+
+inline Spread spread_of(std::vector<double> t) {
+  Spread s;
+  if (t.empty()) return s;
+  std::sort(t.begin(), t.end());
+  const size_t n = t.size();
+  s.median_us = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+  s.min_us = t.front();
+  s.max_us = t.back();
+  return s;
+}
+
 struct Row {
   std::string op, backend, algo, dtype, redop;
   int ranks = 0;
   size_t bytes = 0, count = 0;
   double time_us = 0, algbw_gbps = 0, busbw_gbps = 0;
   long long wrong = 0;  // -1: not checked
+  int iters = 0;
+  Spread spread;  // NaN: not measured
 };
 
 inline Row make_row(OpKind op, int ranks, size_t bytes, size_t count, double time_us) {
@@ -85,31 +106,141 @@ inline Row make_row(OpKind op, int ranks, size_t bytes, size_t count, double tim
   return r;
 }
 
+// nccl-tests' columns first (size count type redop time algbw busbw #wrong), then the spread.
 inline std::string table_header() {
   char buf[256];
-  std::snprintf(buf, sizeof(buf), "#%12s %12s %6s %6s   %10s %12s %12s %8s\n", "size", "count",
-                "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+  std::snprintf(buf, sizeof(buf), "#%12s %12s %6s %6s   %10s %12s %12s %8s   %9s %9s %9s\n", "size",
+                "count", "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong",
+                "med(us)", "min(us)", "max(us)");
   return buf;
 }
+
+namespace detail {
+inline std::string fixed(double v, int width, int prec) {
+  char buf[64];
+  if (std::isnan(v))
+    std::snprintf(buf, sizeof(buf), "%*s", width, "N/A");
+  else
+    std::snprintf(buf, sizeof(buf), "%*.*f", width, prec, v);
+  return buf;
+}
+inline std::string json_number(double v, int prec) {
+  if (std::isnan(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", prec, v);
+  return buf;
+}
+}  // namespace detail
 
 inline std::string table_row(const Row& r) {
   char buf[256];
   std::string wrong = r.wrong < 0 ? "N/A" : std::to_string(r.wrong);
-  std::snprintf(buf, sizeof(buf), " %12zu %12zu %6s %6s   %10.2f %12.2f %12.2f %8s\n", r.bytes,
-                r.count, r.dtype.c_str(), r.redop.c_str(), r.time_us, r.algbw_gbps, r.busbw_gbps,
-                wrong.c_str());
+  std::snprintf(buf, sizeof(buf), " %12zu %12zu %6s %6s   %10.2f %12.2f %12.2f %8s   %s %s %s\n",
+                r.bytes, r.count, r.dtype.c_str(), r.redop.c_str(), r.time_us, r.algbw_gbps,
+                r.busbw_gbps, wrong.c_str(), detail::fixed(r.spread.median_us, 9, 2).c_str(),
+                detail::fixed(r.spread.min_us, 9, 2).c_str(),
+                detail::fixed(r.spread.max_us, 9, 2).c_str());
   return buf;
 }
 
 inline std::string json_row(const Row& r) {
-  char buf[512];
+  char buf[768];
   std::snprintf(buf, sizeof(buf),
                 "{\"op\": \"%s\", \"backend\": \"%s\", \"algo\": \"%s\", \"dtype\": \"%s\", "
                 "\"redop\": \"%s\", \"ranks\": %d, \"bytes\": %zu, \"count\": %zu, "
-                "\"time_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, \"wrong\": %lld}\n",
+                "\"time_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, \"wrong\": %lld, "
+                "\"iters\": %d, \"time_median_us\": %s, \"time_min_us\": %s, "
+                "\"time_max_us\": %s}\n",
                 r.op.c_str(), r.backend.c_str(), r.algo.c_str(), r.dtype.c_str(), r.redop.c_str(),
-                r.ranks, r.bytes, r.count, r.time_us, r.algbw_gbps, r.busbw_gbps, r.wrong);
+                r.ranks, r.bytes, r.count, r.time_us, r.algbw_gbps, r.busbw_gbps, r.wrong, r.iters,
+                detail::json_number(r.spread.median_us, 3).c_str(),
+                detail::json_number(r.spread.min_us, 3).c_str(),
+                detail::json_number(r.spread.max_us, 3).c_str());
   return buf;
+}
+
+// ---- --help: what a size means for each op, from the op table
+// ------------------------------------
+inline const char* blocks_text(op_table::Blocks b) {
+  switch (b) {
+    case op_table::Blocks::one:
+      return "c";
+    case op_table::Blocks::world:
+      return "c x N";
+    case op_table::Blocks::root:
+      return "c (root's)";
+    case op_table::Blocks::var:
+      return "N blocks";
+    default:
+      return "-";
+  }
+}
+
+// One line per op: its buffers per rank in units of its count argument c (N ranks), and how the
+// size given with -b/-e becomes c (the count is the larger buffer's, as in shape_of()).
+inline std::string size_help() {
+  using op_table::Blocks;
+  std::string out;
+  for (OpKind k : all_ops()) {
+    const OpInfo& row = op_info(k);
+    const bool per_rank = row.send == Blocks::world || row.recv == Blocks::world ||
+                          row.send == Blocks::var || row.recv == Blocks::var;
+    const bool send_larger = row.send == Blocks::world && row.recv != Blocks::world;
+    const bool recv_larger = row.recv == Blocks::world && row.send != Blocks::world;
+    std::string size_is = send_larger   ? "the send buffer"
+                          : recv_larger ? "the receive buffer"
+                                        : "each buffer";
+    std::string c = std::string(row.count_arg) + " = size / dtype bytes" + (per_rank ? " / N" : "");
+    if (row.send == Blocks::var) c += " (timed with N equal blocks)";
+    char buf[256];
+    std::snprintf(buf, sizeof(buf), "    %-15s send %-10s recv %-10s size = %s; %s\n", row.name,
+                  blocks_text(row.send), blocks_text(row.recv), size_is.c_str(), c.c_str());
+    out += buf;
+  }
+  return out;
+}
+
+// ---- the ranks' CPUs
+// ----------------------------------------------------------------------------- "0-3,8,10,11" from
+// the set bits of a CPU mask (64 CPUs a word).
+inline std::string cpu_list(const uint64_t* words, size_t nwords) {
+  std::string s;
+  const int total = static_cast<int>(nwords * 64);
+  auto on = [&](int c) { return c < total && ((words[c / 64] >> (c % 64)) & 1u) != 0; };
+  for (int c = 0; c < total;) {
+    if (!on(c)) {
+      ++c;
+      continue;
+    }
+    int e = c;
+    while (on(e + 1)) ++e;
+    if (!s.empty()) s += ',';
+    s += std::to_string(c);
+    if (e > c) s += (e == c + 1 ? "," : "-") + std::to_string(e);
+    c = e + 1;
+  }
+  return s.empty() ? "none" : s;
+}
+
+// Header lines naming each rank's CPUs ("# cpus: rank 0: 0, rank 1: 1"), wrapped; one line when
+// every rank has the same mask (then they are not bound apart).
+inline std::string binding_lines(const std::vector<std::string>& per_rank) {
+  if (per_rank.empty()) return "";
+  const bool same = std::all_of(per_rank.begin(), per_rank.end(),
+                                [&](const std::string& s) { return s == per_rank[0]; });
+  if (same && per_rank.size() > 1)
+    return "# cpus (sched_getaffinity): every rank " + per_rank[0] + "\n";
+  std::string out, line = "# cpus (sched_getaffinity):";
+  for (size_t r = 0; r < per_rank.size(); ++r) {
+    std::string item =
+        " rank " + std::to_string(r) + ": " + per_rank[r] + (r + 1 < per_rank.size() ? "," : "");
+    if (line.size() + item.size() > 96 && line != "# cpus (sched_getaffinity):" && line != "#  ") {
+      out += line + "\n";
+      line = "#  ";
+    }
+    line += item;
+  }
+  return out + line + "\n";
 }
 
 }  // namespace symmem::bench

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -20,6 +21,17 @@ class HostIO final : public MemIO {
     return p;
   }
   void release(void* p) override { std::free(p); }
+  void marks(int n) override { t_.assign(static_cast<size_t>(n) + 1, {}); }
+  void mark(int i) override { t_[static_cast<size_t>(i)] = std::chrono::steady_clock::now(); }
+  std::vector<double> durations_us() override {
+    std::vector<double> d;
+    for (size_t i = 0; i + 1 < t_.size(); ++i)
+      d.push_back(std::chrono::duration<double, std::micro>(t_[i + 1] - t_[i]).count());
+    return d;
+  }
+
+ private:
+  std::vector<std::chrono::steady_clock::time_point> t_;
 };
 
 // The few driver entry points the bench needs (CUDA driver API, stable ABI).
@@ -34,11 +46,18 @@ struct Driver {
   CUresult (*cuMemcpy)(CUdeviceptr, CUdeviceptr, size_t);
   CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
   CUresult (*cuMemFree)(CUdeviceptr);
+  CUresult (*cuEventCreate)(void**, unsigned);
+  CUresult (*cuEventRecord)(void*, void*);
+  CUresult (*cuEventElapsedTime)(float*, void*, void*);
+  CUresult (*cuEventDestroy)(void*);
 };
 
 class CudaIO final : public MemIO {
  public:
   explicit CudaIO(const Driver& d) : d_(d) {}
+  ~CudaIO() override {
+    for (void* e : events_) d_.cuEventDestroy(e);
+  }
   void upload(void* dst, const void* src, size_t n) override { copy(dst, src, n, "upload"); }
   void download(void* dst, const void* src, size_t n) override { copy(dst, src, n, "download"); }
   void synchronize() override { check(d_.cuCtxSynchronize(), "cuCtxSynchronize"); }
@@ -48,6 +67,26 @@ class CudaIO final : public MemIO {
     return reinterpret_cast<void*>(p);
   }
   void release(void* p) override { d_.cuMemFree(reinterpret_cast<CUdeviceptr>(p)); }
+  void marks(int n) override {
+    used_ = static_cast<size_t>(n) + 1;
+    while (events_.size() < used_) {
+      void* e = nullptr;
+      check(d_.cuEventCreate(&e, 0), "cuEventCreate");  // CU_EVENT_DEFAULT: timing enabled
+      events_.push_back(e);
+    }
+  }
+  void mark(int i) override {
+    check(d_.cuEventRecord(events_[static_cast<size_t>(i)], nullptr), "cuEventRecord");
+  }
+  std::vector<double> durations_us() override {
+    std::vector<double> d;
+    for (size_t i = 0; i + 1 < used_; ++i) {
+      float ms = 0;
+      check(d_.cuEventElapsedTime(&ms, events_[i], events_[i + 1]), "cuEventElapsedTime");
+      d.push_back(static_cast<double>(ms) * 1e3);
+    }
+    return d;
+  }
 
  private:
   void copy(void* dst, const void* src, size_t n, const char* what) {
@@ -61,6 +100,8 @@ class CudaIO final : public MemIO {
       throw std::runtime_error(std::string(what) + " failed: CUresult " + std::to_string(r));
   }
   Driver d_;
+  std::vector<void*> events_;
+  size_t used_ = 0;
 };
 
 template <class F>
@@ -99,7 +140,10 @@ std::unique_ptr<MemIO> make_cuda_io(int device, std::string* why) {
             sym(lib, "cuCtxSetCurrent", &d.cuCtxSetCurrent) &&
             sym(lib, "cuCtxSynchronize", &d.cuCtxSynchronize) &&
             sym(lib, "cuMemcpy", &d.cuMemcpy) && sym(lib, "cuMemAlloc_v2", &d.cuMemAlloc) &&
-            sym(lib, "cuMemFree_v2", &d.cuMemFree);
+            sym(lib, "cuMemFree_v2", &d.cuMemFree) && sym(lib, "cuEventCreate", &d.cuEventCreate) &&
+            sym(lib, "cuEventRecord", &d.cuEventRecord) &&
+            sym(lib, "cuEventElapsedTime", &d.cuEventElapsedTime) &&
+            sym(lib, "cuEventDestroy_v2", &d.cuEventDestroy);
   if (!ok) {
     if (why) *why = "libcuda.so.1 lacks a needed entry point";
     return nullptr;

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace symmem::bench {
 
@@ -19,6 +20,13 @@ class MemIO {
   // Ordinary (non-symmetric) memory of this kind; free with release().
   virtual void* alloc(size_t bytes) = 0;
   virtual void release(void* p) = 0;
+  // Per-iteration timing: marks(n) prepares n + 1 marks; mark(i) is called right before
+  // iteration i and mark(n) after the last. Host: a steady_clock reading. CUDA: an event recorded
+  // on the default stream, so the times are the device's. After synchronize(), durations_us()
+  // gives the n times between consecutive marks, in microseconds.
+  virtual void marks(int n) = 0;
+  virtual void mark(int i) = 0;
+  virtual std::vector<double> durations_us() = 0;
 };
 
 std::unique_ptr<MemIO> make_host_io();

@@ -1,7 +1,10 @@
 #include "launcher.hpp"
 
+#include "binding.hpp"
+
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -13,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <sstream>
 
@@ -253,6 +257,25 @@ class Job {
     argv.push_back(nullptr);
     const char* path = program_.c_str();
     pid_t parent = getpid();
+    // The rank's CPU mask, built here too (CPU_ALLOC allocates).
+    const std::vector<int>* cpus =
+        static_cast<size_t>(r) < config_.rank_cpus.size() ? &config_.rank_cpus[r] : nullptr;
+    std::unique_ptr<cpu_set_t, void (*)(cpu_set_t*)> mask(nullptr, [](cpu_set_t* m) {
+      if (m != nullptr) CPU_FREE(m);
+    });
+    size_t mask_bytes = 0;
+    if (cpus != nullptr && !cpus->empty()) {
+      const int top = *std::max_element(cpus->begin(), cpus->end());
+      mask.reset(CPU_ALLOC(static_cast<size_t>(top) + 1));
+      if (!mask) {
+        say("cannot allocate a CPU mask for rank " + std::to_string(r));
+        return false;
+      }
+      mask_bytes = CPU_ALLOC_SIZE(static_cast<size_t>(top) + 1);
+      CPU_ZERO_S(mask_bytes, mask.get());
+      for (int c : *cpus) CPU_SET_S(static_cast<size_t>(c), mask_bytes, mask.get());
+    }
+    cpu_set_t* child_mask = mask.get();
 
     sigset_t all, old;
     sigfillset(&all);
@@ -273,6 +296,12 @@ class Job {
       if (devnull_ >= 0) dup2(devnull_, STDIN_FILENO);
       dup2(out[1], STDOUT_FILENO);
       dup2(err[1], STDERR_FILENO);
+      if (child_mask != nullptr && sched_setaffinity(0, mask_bytes, child_mask) != 0) {
+        int e = -errno;  // negative: the binding failed, not execve
+        ssize_t ignored = write(status[1], &e, sizeof(e));
+        (void)ignored;
+        _exit(kExitCannotExec);
+      }
       execve(path, argv.data(), envp.data());
       int e = errno;
       ssize_t ignored = write(status[1], &e, sizeof(e));
@@ -306,6 +335,11 @@ class Job {
       n = read(status[0], &child_errno, sizeof(child_errno));
     } while (n < 0 && errno == EINTR);
     close(status[0]);
+    if (n == static_cast<ssize_t>(sizeof(child_errno)) && child_errno < 0) {
+      say("cannot bind rank " + std::to_string(r) + " to CPUs " + cpu_list_string(*cpus) + ": " +
+          std::strerror(-child_errno));
+      return false;
+    }
     if (n == static_cast<ssize_t>(sizeof(child_errno))) {
       say("cannot execute '" + program_ + "': " + std::strerror(child_errno));
       exec_failed_ = true;

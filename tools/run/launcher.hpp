@@ -20,6 +20,9 @@ struct LaunchConfig {
   double kill_grace_s = 3;        // SIGTERM -> SIGKILL
   double skip_grace_s = 5;        // after a rank exits 77, wait this long for the others
   std::map<std::string, std::string> env;  // added to every rank's environment
+  // CPUs each rank is bound to (sched_setaffinity before execve); an empty list, or a rank
+  // beyond the vector's end, keeps the launcher's own mask (NOTE [rank binding], binding.hpp).
+  std::vector<std::vector<int>> rank_cpus;
   // Called once, at the first rank failure, with a line naming the rank ("rank 2 killed by
   // signal 9 (Killed)"), before the other ranks are stopped.
   std::function<void(const std::string&)> on_first_failure;

@@ -1,6 +1,7 @@
 // symmem-run: starts N local ranks of a program, like `torchrun --standalone`.
 //
-//   symmem-run -n N [--timeout SEC] [--fail-grace SEC] [--] PROGRAM [ARGS...]
+//   symmem-run -n N [--bind-to core|numa|none] [--timeout SEC] [--fail-grace SEC] [--]
+//              PROGRAM [ARGS...]
 //
 // See `symmem-run --help` and docs/launching.md.
 
@@ -20,6 +21,7 @@
 #include <memory>
 #include <string>
 
+#include "binding.hpp"
 #include "launcher.hpp"
 #include "symmem/error.hpp"
 #include "symmem/store.hpp"
@@ -27,8 +29,8 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: symmem-run -n N [--timeout SEC] [--fail-grace SEC] [--kill-grace SEC] [--]\n"
-    "                  PROGRAM [ARGS...]\n"
+    "usage: symmem-run -n N [--bind-to core|numa|none] [--report-bindings] [--timeout SEC]\n"
+    "                  [--fail-grace SEC] [--kill-grace SEC] [--] PROGRAM [ARGS...]\n"
     "\n"
     "Starts N ranks of PROGRAM on this host, hosts their rendezvous store, and relays their\n"
     "output with a \"[rank] \" prefix. Each rank gets RANK, WORLD_SIZE, LOCAL_RANK,\n"
@@ -37,6 +39,17 @@ constexpr const char* kUsage =
     "SYMMEM_LOCAL_WORLD_SIZE, SYMMEM_STORE=tcp://127.0.0.1:PORT and a random SYMMEM_STORE_TOKEN.\n"
     "\n"
     "  -n, --np N          number of ranks (1..4096)\n"
+    "  --bind-to WHAT      bind each rank to CPUs, within the CPUs symmem-run itself may use\n"
+    "                      (its affinity mask: taskset, a cgroup, a Slurm allocation):\n"
+    "                        core  a core of its own (a hardware thread of its own when there\n"
+    "                              are fewer cores than ranks; an error when there are fewer\n"
+    "                              CPUs than ranks)\n"
+    "                        numa  the CPUs of a NUMA node (ranks share nodes if they must)\n"
+    "                        none  no binding\n"
+    "                      Default: numa when every rank can have a NUMA node of its own on a\n"
+    "                      machine with several, else core when there are enough CPUs, else\n"
+    "                      none (said once on stderr).\n"
+    "  --report-bindings   print each rank's CPUs on stderr\n"
     "  --timeout SEC       stop the job after SEC seconds (exit status 124)\n"
     "  --fail-grace SEC    after a rank fails, give the others SEC seconds to end on their own\n"
     "                      (to see their errors) before stopping them; default 0\n"
@@ -130,6 +143,8 @@ int free_port() {
 int main(int argc, char** argv) {
   symmem::run::LaunchConfig config;
   bool have_n = false;
+  symmem::run::BindMode bind = symmem::run::BindMode::automatic;
+  bool report_bindings = false;
   int i = 1;
   auto value = [&](const std::string& flag) -> std::string {
     if (i + 1 >= argc) usage_error(flag + " needs a value");
@@ -160,6 +175,13 @@ int main(int argc, char** argv) {
     } else if (flag == "-n" || flag == "--np" || flag == "-np") {
       config.nranks = parse_count(get());
       have_n = true;
+    } else if (flag == "--bind-to") {
+      const std::string v = get();
+      if (!symmem::run::parse_bind_mode(v, &bind))
+        usage_error("--bind-to wants core, numa or none, got '" + v + "'");
+    } else if (flag == "--report-bindings") {
+      if (has_inline) usage_error("--report-bindings takes no value");
+      report_bindings = true;
     } else if (flag == "--timeout") {
       config.timeout_s = parse_seconds(flag, get(), false);
     } else if (flag == "--fail-grace") {
@@ -173,6 +195,28 @@ int main(int argc, char** argv) {
   if (!have_n) usage_error("-n N is required");
   if (i >= argc) usage_error("no PROGRAM given");
   for (; i < argc; ++i) config.argv.emplace_back(argv[i]);
+
+  // NOTE [rank binding] (binding.hpp).
+  {
+    const symmem::run::BindPlan plan =
+        symmem::run::plan_binding(symmem::run::read_topology(), config.nranks, bind);
+    if (!plan.error.empty()) {
+      std::fprintf(stderr, "symmem-run: %s\n", plan.error.c_str());
+      return 2;
+    }
+    if (!plan.note.empty()) std::fprintf(stderr, "symmem-run: %s\n", plan.note.c_str());
+    config.rank_cpus = plan.cpus;
+    if (report_bindings) {
+      for (int r = 0; r < config.nranks; ++r) {
+        const auto& c = plan.cpus[static_cast<size_t>(r)];
+        std::fprintf(stderr, "symmem-run: rank %d: %s\n", r,
+                     c.empty() ? "not bound"
+                               : ("bound to CPUs " + symmem::run::cpu_list_string(c) + " (" +
+                                  symmem::run::to_string(plan.mode) + ")")
+                                     .c_str());
+      }
+    }
+  }
 
   // Two pipes per rank stay open for the whole job.
   rlimit lim{};
