@@ -40,7 +40,9 @@ lines += [
     "torchrun's `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR`,",
     "`MASTER_PORT`; Open MPI's `OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE`,",
     "`OMPI_COMM_WORLD_LOCAL_RANK`, `OMPI_COMM_WORLD_LOCAL_SIZE`; Slurm's `SLURM_PROCID`,",
-    "`SLURM_NTASKS`, `SLURM_LOCALID`. See [launching.md](launching.md).",
+    "`SLURM_NTASKS`, `SLURM_LOCALID`. A program started with none of them (and no `SYMMEM_RANK`,",
+    "`SYMMEM_WORLD_SIZE` or `SYMMEM_STORE`) runs as a job of one rank. See",
+    "[launching.md](launching.md).",
     "",
 ]
 (root / "docs/env.md").write_text("\n".join(lines))

@@ -33,6 +33,9 @@
     "Forces the all-reduce algorithm; auto picks by message size and world size.")                 \
   X(timeout_ms, "SYMMEM_TIMEOUT_MS", "int", "300000", "1..86400000",                               \
     "Deadline in milliseconds of every blocking wait (store, rendezvous, barrier, signal).")       \
+  X(wait_report_s, "SYMMEM_WAIT_REPORT_S", "int", "5", "0..86400",                                 \
+    "Seconds between the WARN lines of a wait on other ranks (who is missing, time left); 0: "     \
+    "none.")                                                                                       \
   X(signal_pad_bytes, "SYMMEM_SIGNAL_PAD_BYTES", "int", "8192", "64..1073741824",                  \
     "Bytes of the signal pad of each rank in each allocation (4-byte slots).")                     \
   X(plugin_path, "SYMMEM_PLUGIN_PATH", "string", "", "",                                           \

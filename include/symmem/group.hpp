@@ -10,7 +10,10 @@
 // SYMMEM_LOCAL_RANK/SYMMEM_LOCAL_WORLD_SIZE/SYMMEM_STORE; torchrun's RANK, WORLD_SIZE,
 // LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; Open MPI's OMPI_COMM_WORLD_*;
 // Slurm's SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID. Missing or contradictory settings are an
-// InvalidArgument error listing what was found and what is missing. Without a store URL,
+// InvalidArgument error listing what was found and what is missing, with the fix for the
+// launcher found; with none of these set at all, from_env() gives a job of one rank (rank 0 of
+// 1, in-process store). A rank claimed by two processes fails both (and the others waiting in
+// the store) with InvalidArgument at creation. Without a store URL,
 // rank 0 hosts a TcpStoreServer at MASTER_ADDR:(MASTER_PORT+1) -- MASTER_PORT itself is left to
 // torch.distributed's store -- bound to loopback unless MASTER_ADDR is not a loopback address
 // (SYMMEM_STORE_BIND overrides), and keeps it alive while any Group handle of the job lives.

@@ -17,6 +17,7 @@
 #include "core/check.hpp"
 #include "core/log.hpp"
 #include "core/store/store.hpp"
+#include "core/wait_report.hpp"
 
 namespace symmem {
 
@@ -68,20 +69,28 @@ StoreExchange::~StoreExchange() {
 std::vector<Bytes> StoreExchange::await(const std::vector<std::string>& keys,
                                         const std::vector<int>& ranks, bool values,
                                         const char* op) {
-  if (!watch_) {
+  // Waits in slices: of 200 ms where disconnect keys tell of peers that left, and short enough
+  // for the wait report's lines to come on time. With neither, one call waits it all.
+  constexpr Millis kSlice(200);
+  const auto start = detail::Clock::now();
+  const auto deadline = detail::deadline_for(timeout_);
+  detail::WaitReport report(what_.empty() ? "StoreExchange '" + prefix_ + "'" : what_, subsys_,
+                            rank_, start, deadline, timeout_);
+  if (!watch_ && !report.enabled()) {
     if (values) return store_->multi_get(keys, timeout_);
     store_->wait(keys, timeout_);
     return {};
   }
-  constexpr Millis kSlice(200);
-  const auto deadline = detail::deadline_for(timeout_);
   for (;;) {
-    auto left = std::chrono::duration_cast<Millis>(deadline - detail::Clock::now());
+    const auto now = detail::Clock::now();
+    auto left = std::chrono::duration_cast<Millis>(deadline - now);
     if (left.count() < 0) left = Millis(0);
-    const bool last = left <= kSlice;
+    Millis slice = report.slice(now, watch_ ? kSlice : left);
+    const bool last = left <= slice;
+    if (last) slice = left;
     try {
-      if (values) return store_->multi_get(keys, last ? left : kSlice);
-      store_->wait(keys, last ? left : kSlice);
+      if (values) return store_->multi_get(keys, slice);
+      store_->wait(keys, slice);
       return {};
     } catch (const Error& e) {
       if (e.code() != ErrorCode::Timeout) throw;
@@ -93,7 +102,18 @@ std::vector<Bytes> StoreExchange::await(const std::vector<std::string>& keys,
         detail::throw_store_timeout(op, missing.empty() ? keys : missing, timeout_);
       }
     }
-    if (!store_->check({dead_flag_})) continue;
+    if (report.due(detail::Clock::now())) {
+      std::vector<int> missing;
+      for (size_t i = 0; i < keys.size(); ++i) {
+        if (!store_->check({keys[i]})) missing.push_back(ranks[i]);
+      }
+      // Counts are known when the keys cover every other rank (all_gather, a broadcast's root);
+      // a broadcast's other ranks wait for the root alone.
+      const bool all = keys.size() + 1 >= static_cast<size_t>(world_size_);
+      report.ranks(missing, all ? world_size_ - static_cast<int>(missing.size()) : -1,
+                   all ? world_size_ : -1);
+    }
+    if (!watch_ || !store_->check({dead_flag_})) continue;
     std::vector<int> gone;
     for (size_t i = 0; i < keys.size(); ++i) {
       if (!store_->check({keys[i]}) &&

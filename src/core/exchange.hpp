@@ -6,6 +6,7 @@
 // ranks that did not arrive. Keys of call seq-1 are removed once call seq completes.
 // Every call (broadcast included) returns only after all ranks have entered it; see
 // NOTE [exchange keys and cleanup] in exchange.cpp. A negative timeout means SYMMEM_TIMEOUT_MS.
+// A wait that lasts logs which ranks are missing (NOTE [wait reports] in core/wait_report.hpp).
 // Peers that leave: where the store supports disconnect keys (TcpStore), each rank registers
 // "<prefix>/dead/<rank>" and "<prefix>/dead"; a rank waiting on a peer whose connection ended
 // fails within ~200 ms with PeerFailure naming it, instead of waiting for the timeout.
@@ -18,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/log.hpp"
 #include "symmem/export.hpp"
 #include "symmem/store.hpp"
 
@@ -54,6 +56,13 @@ class SYMMEM_API StoreExchange {
     return out;
   }
 
+  // Names the exchange in its wait reports (NOTE [wait reports] in core/wait_report.hpp), e.g.
+  // "group g0: creation"; by default "StoreExchange '<prefix>'". Applies to the calls after it.
+  void set_what(std::string what, detail::Subsys subsys = detail::Subsys::STORE) {
+    what_ = std::move(what);
+    subsys_ = subsys;
+  }
+
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   const std::string& prefix() const { return prefix_; }
@@ -72,6 +81,8 @@ class SYMMEM_API StoreExchange {
   void finish(uint64_t seq);  // removes this rank's key of call seq-1
 
   Millis timeout_;
+  std::string what_;  // set_what(); empty: the default
+  detail::Subsys subsys_ = detail::Subsys::STORE;
   uint64_t seq_ = 0;
   bool watch_ = false;     // the store watches our connection (disconnect keys registered)
   std::string dead_flag_;  // "<prefix>/dead": set when any rank's connection ends

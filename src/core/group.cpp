@@ -10,12 +10,16 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
+#include <tuple>
 
 #include "core/check.hpp"
 #include "core/group_impl.hpp"
 #include "core/log.hpp"
+#include "core/store/group_store.hpp"
 #include "core/timeout.hpp"
+#include "core/wait_report.hpp"
 #include "symmem/env.hpp"
 #include "symmem/error.hpp"
 
@@ -130,9 +134,11 @@ JoinRecord decode(const Bytes& b, int from, int rank) {
   ErrorCode code = e.code();
   if ((code == ErrorCode::Timeout || code == ErrorCode::PeerFailure) && g.store) {
     std::string reason = detail::job_abort_reason(*g.store);
-    if (!reason.empty() && msg.find("the launcher reports") == std::string::npos) {
-      msg += "; the launcher reports: " + reason;
-      code = ErrorCode::PeerFailure;
+    ErrorCode abort_code = ErrorCode::PeerFailure;
+    std::string text = reason.empty() ? "" : detail::job_abort_text(reason, &abort_code);
+    if (!text.empty() && msg.find(text) == std::string::npos) {
+      msg += "; " + text;
+      code = abort_code;
     }
   }
   if (g.global_ranks.size() > 1) {
@@ -155,25 +161,229 @@ JoinRecord decode(const Bytes& b, int from, int rank) {
 
 constexpr int64_t kCheckoutWaitMs = 30000;
 
+// At exit every rank checks out ("<name>/exit/<rank>"); rank 0, which hosts the store, waits
+// until everyone is done with it before its server stops. Bounded below the job timeout: a rank
+// that died never checks out, and exiting should not hang.
+void check_out(Group::Impl& g) {
+  if (g.rank != 0) {
+    g.store->set(g.name + "/exit/" + std::to_string(g.rank), to_bytes("1"));
+    return;
+  }
+  std::vector<std::string> keys;
+  for (int r = 1; r < g.world_size; ++r) keys.push_back(g.name + "/exit/" + std::to_string(r));
+  const Millis timeout = std::min(g.timeout, Millis(kCheckoutWaitMs));
+  const auto start = detail::Clock::now();
+  const auto deadline = start + timeout;
+  detail::WaitReport report("group " + g.name + ": exit (rank 0 hosts the store)",
+                            detail::Subsys::INIT, 0, start, deadline, timeout);
+  for (;;) {
+    const auto now = detail::Clock::now();
+    auto left = std::max(Millis(0), std::chrono::duration_cast<Millis>(deadline - now));
+    const Millis slice = std::min(left, report.slice(now, left));
+    try {
+      g.store->wait(keys, slice);
+      break;
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::Timeout || slice >= left) throw;
+    }
+    if (report.due(detail::Clock::now())) {
+      std::vector<int> missing;
+      for (int r = 1; r < g.world_size; ++r) {
+        if (!g.store->check({keys[r - 1]})) missing.push_back(r);
+      }
+      report.text((missing.size() == 1 ? "rank " : "ranks ") + detail::format_rank_ranges(missing) +
+                  " to check out (" + std::to_string(g.world_size - 1 - missing.size()) + " of " +
+                  std::to_string(g.world_size - 1) + " did)");
+    }
+  }
+  for (const auto& k : keys) g.store->remove(k);
+}
+
+// NOTE [rank claims]
+// Two processes started with the same rank would otherwise pair up wrongly: each takes the next
+// root-group name of that rank (NOTE [group names]), so one joins rank 0's group and the other
+// waits alone in the next one until its timeout. So a process creating a root group of more
+// than one rank first claims its rank: compare_set on "symmem/rank/<rank>/claim" from empty to
+// its ClaimId (host:pid, the machine, the process's start time). A claim this process already
+// holds (a second from_env()) is fine. A claim held by another live process is a duplicate: the
+// second claimant fails at once with InvalidArgument naming both processes and writes the same
+// line to the job abort key (NOTE [job abort key]), so that every rank waiting on the job's
+// store (the first claimant included) fails with that InvalidArgument within a slice of its
+// wait. Ranks that have already finished creating their group learn of it at their next wait
+// on the store, if any; the second claimant's failure ends the job under most launchers.
+// Release: the claim is emptied when the root group ends and, on a TcpStore, by the server when
+// the process's connection closes (a disconnect key), so a later job on a long-lived store can
+// take the rank again. A claim left by a process that died without either (FileStore) is taken
+// over when that process ran on this machine and is gone; one left by a process on another host
+// cannot be checked and counts as live (start such a job on a fresh store). One process holding
+// one rank in several root groups on separate store connections releases the claim with the
+// first of them; only duplicate detection is weaker then.
+struct ClaimId {
+  std::string who;      // "host:pid", for messages
+  std::string machine;  // hostname/boot id/pid namespace: where `pid` names this process
+  std::string started;  // start time of the process (field 22 of /proc/<pid>/stat)
+};
+
+std::string read_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (in) std::getline(in, line);
+  return line;
+}
+
+// Field 22 (starttime) of /proc/<pid>/stat, or "" when the process does not exist.
+std::string process_start_time(long pid) {
+  std::string stat = read_line("/proc/" + std::to_string(pid) + "/stat");
+  size_t close = stat.rfind(')');  // the command name in parentheses may hold spaces
+  if (close == std::string::npos) return "";
+  std::istringstream fields(stat.substr(close + 1));
+  std::string f;
+  for (int i = 3; i <= 22 && fields >> f; ++i) {
+    if (i == 22) return f;
+  }
+  return "";
+}
+
+// Process `pid` of this machine.
+ClaimId process_id(long pid) {
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "unknown-host");
+  ClaimId id;
+  id.who = std::string(host) + ":" + std::to_string(pid);
+  char ns[128] = {0};
+  ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
+  id.machine = std::string(host) + "/" + read_line("/proc/sys/kernel/random/boot_id") + "/" +
+               (n > 0 ? std::string(ns, static_cast<size_t>(n)) : std::string());
+  id.started = process_start_time(pid);
+  return id;
+}
+
+ClaimId this_process() {
+  return process_id(getpid());
+}
+
+Bytes encode_claim(const ClaimId& c) {
+  return to_bytes("symmem-claim-v1\n" + c.who + "\n" + c.machine + "\n" + c.started);
+}
+
+std::optional<ClaimId> decode_claim(const Bytes& b) {
+  std::istringstream in(to_string(b));
+  std::string magic;
+  ClaimId c;
+  if (!std::getline(in, magic) || magic != "symmem-claim-v1" || !std::getline(in, c.who) ||
+      !std::getline(in, c.machine)) {
+    return std::nullopt;
+  }
+  std::getline(in, c.started);
+  return c;
+}
+
+// True only when `c` is provably gone: it ran on this machine (same host name, boot and pid
+// namespace) and its pid is absent or now names a process started at another time.
+bool claimant_gone(const ClaimId& c, const ClaimId& me) {
+  if (c.machine != me.machine) return false;
+  size_t colon = c.who.rfind(':');
+  if (colon == std::string::npos) return false;
+  long pid = std::strtol(c.who.c_str() + colon + 1, nullptr, 10);
+  if (pid <= 0) return false;
+  return process_start_time(pid) != c.started;
+}
+
+// Claims held by this process, per store object and key: the last root group releases.
+std::mutex g_claims_mutex;
+std::map<std::pair<const Store*, std::string>, int>& held_claims() {
+  static auto* m = new std::map<std::pair<const Store*, std::string>, int>;  // used at exit
+  return *m;
+}
+
+Store& claim_store(Store& store) {
+  if (auto* a = dynamic_cast<detail::AbortAwareStore*>(&store)) return *a->inner();
+  return store;
+}
+
+// Claims `rank` (NOTE [rank claims]); returns the claim's key and value.
+std::pair<std::string, Bytes> claim_rank(Store& store, int rank, const std::string& launcher,
+                                         const char* op) {
+  const std::string key = "symmem/rank/" + std::to_string(rank) + "/claim";
+  const ClaimId me = this_process();
+  const Bytes mine = encode_claim(me);
+  Bytes now = store.compare_set(key, Bytes(), mine);
+  std::optional<ClaimId> holder;
+  for (int attempt = 0; attempt < 8 && now != mine; ++attempt) {
+    if (now.empty()) {  // a store whose compare_set does not create absent keys
+      store.set(key, mine);
+      now = mine;
+      break;
+    }
+    holder = decode_claim(now);
+    if (!holder) {
+      throw_error(ErrorCode::InvalidArgument, op, rank,
+                  "store key '" + key +
+                      "' holds something other than a rank claim: is another "
+                      "program using this store?");
+    }
+    if (!claimant_gone(*holder, me)) break;
+    SYMMEM_LOG(INFO, INIT) << "rank " << rank << ": the claim of " << holder->who
+                           << " on this rank is left from a process that is gone; taking it over";
+    now = store.compare_set(key, now, mine);
+  }
+  if (now == mine) {
+    Store& inner = claim_store(store);
+    {
+      std::lock_guard<std::mutex> lock(g_claims_mutex);
+      ++held_claims()[{&inner, key}];
+    }
+    try {
+      inner.set_on_disconnect(key, Bytes());  // the server empties it when we are gone
+    } catch (const Error& e) {
+      SYMMEM_LOG(INFO, INIT) << "rank " << rank << ": claim '" << key
+                             << "': no disconnect key: " << e.what();
+    }
+    return {key, mine};
+  }
+  std::string line = "rank " + std::to_string(rank) + " is claimed by two processes: " +
+                     (holder ? holder->who : std::string("another")) + " (first) and " + me.who +
+                     "; every process of a job needs its own rank";
+  try {
+    store.compare_set(detail::kJobAbortKey, Bytes(),
+                      to_bytes(std::string(detail::kJobAbortInvalidPrefix) + line));
+  } catch (const Error& e) {
+    SYMMEM_LOG(WARN, INIT) << "rank " << rank << ": cannot tell the job: " << e.what();
+  }
+  throw_error(ErrorCode::InvalidArgument, op, rank,
+              line + ". This process (" + me.who + ") is the second; its rank came from " +
+                  (launcher.empty() ? std::string("Group::create") : launcher) +
+                  ". Check how the job was started: a rank started twice (by hand and by a "
+                  "launcher, or by two launchers), or two jobs sharing one store");
+}
+
+void release_claim(Store& store, const std::string& key, const Bytes& value) noexcept {
+  try {
+    Store& inner = claim_store(store);
+    {
+      std::lock_guard<std::mutex> lock(g_claims_mutex);
+      auto it = held_claims().find({&inner, key});
+      if (it != held_claims().end() && --it->second > 0) return;
+      if (it != held_claims().end()) held_claims().erase(it);
+    }
+    inner.compare_set(key, value, Bytes());
+  } catch (...) {
+    // The store is gone or going; a TcpStore's disconnect key empties the claim anyway.
+  }
+}
+
 }  // namespace
 
 Group::Impl::~Impl() {
-  if (!checkout_on_exit || !store || world_size <= 1) return;
-  try {
-    if (rank != 0) {
-      store->set(name + "/exit/" + std::to_string(rank), to_bytes("1"));
-      return;
+  if (checkout_on_exit && store && world_size > 1) {
+    try {
+      check_out(*this);
+    } catch (const std::exception& e) {
+      SYMMEM_LOG(WARN, INIT) << "group " << name << ": check-out at exit failed: " << e.what();
+    } catch (...) {
     }
-    // Rank 0 hosts the store: wait until everyone is done with it before it stops. Bounded
-    // below the job timeout: a rank that died never checks out, and exiting should not hang.
-    std::vector<std::string> keys;
-    for (int r = 1; r < world_size; ++r) keys.push_back(name + "/exit/" + std::to_string(r));
-    store->wait(keys, std::min(timeout, Millis(kCheckoutWaitMs)));
-    for (const auto& k : keys) store->remove(k);
-  } catch (const std::exception& e) {
-    SYMMEM_LOG(WARN, INIT) << "group " << name << ": check-out at exit failed: " << e.what();
-  } catch (...) {
   }
+  if (!claim_key.empty() && store) release_claim(*store, claim_key, claim_value);
 }
 
 namespace detail {
@@ -185,6 +395,20 @@ std::string job_abort_reason(Store& store) noexcept {
   } catch (...) {
     return "";
   }
+}
+
+Bytes rank_claim_value(long pid) {
+  return encode_claim(process_id(pid));
+}
+
+std::string job_abort_text(const std::string& reason, ErrorCode* code) {
+  const std::string prefix = kJobAbortInvalidPrefix;
+  if (reason.rfind(prefix, 0) == 0) {
+    if (code != nullptr) *code = ErrorCode::InvalidArgument;
+    return reason.substr(prefix.size());
+  }
+  if (code != nullptr) *code = ErrorCode::PeerFailure;
+  return "the launcher reports: " + reason;
 }
 
 std::string host_identity(const std::string& override_id) {
@@ -203,7 +427,7 @@ std::string host_identity(const std::string& override_id) {
 std::shared_ptr<Group::Impl> make_root_group(std::shared_ptr<Store> store, int rank, int world_size,
                                              const GroupOptions& options,
                                              std::shared_ptr<TcpStoreServer> server,
-                                             bool checkout_on_exit) {
+                                             bool checkout_on_exit, const std::string& launcher) {
   const char* op = "Group::create";
   SYMMEM_CHECK_ARG(op, rank, store != nullptr, "store", "is null");
   SYMMEM_CHECK_ARG(op, rank, world_size >= 1, "world_size", "is " << world_size << ", not >= 1");
@@ -229,6 +453,8 @@ std::shared_ptr<Group::Impl> make_root_group(std::shared_ptr<Store> store, int r
                            "is 0 ms; give a positive deadline or -1 for SYMMEM_TIMEOUT_MS");
   }
   g->timeout = detail::resolve_timeout(options.timeout);
+  if (world_size > 1)
+    std::tie(g->claim_key, g->claim_value) = claim_rank(*store, rank, launcher, op);
   g->name = next_root_name(*store, rank);
   g->global_ranks.resize(world_size);
   for (int r = 0; r < world_size; ++r) g->global_ranks[r] = r;
@@ -241,11 +467,29 @@ std::shared_ptr<Group::Impl> make_root_group(std::shared_ptr<Store> store, int r
 
   std::vector<JoinRecord> all;
   {
-    StoreExchange x(store, g->name + "/i", rank, world_size, g->timeout);
+    // The join watches the job abort key even on a store given to Group::create (a duplicate
+    // rank is reported there, NOTE [rank claims]); from_env()'s store does so already.
+    std::shared_ptr<Store> join_store = store;
+    if (world_size > 1 && dynamic_cast<detail::AbortAwareStore*>(store.get()) == nullptr) {
+      join_store = std::make_shared<detail::AbortAwareStore>(store, Millis(200), true);
+    }
+    StoreExchange x(join_store, g->name + "/i", rank, world_size, g->timeout);
+    x.set_what("group " + g->name + ": creation (" + std::to_string(world_size) + " ranks)",
+               detail::Subsys::INIT);
     std::vector<Bytes> raw;
     try {
       raw = x.all_gather(encode(mine));
     } catch (const Error& e) {
+      if (e.code() == ErrorCode::Timeout && launcher == "Slurm") {
+        rethrow_with(
+            Error(e.code(),
+                  std::string(e.what()) +
+                      ". Under Slurm the usual cause is ranks started without srun: a program run "
+                      "directly in the batch script sees SLURM_PROCID=0 and the allocation's "
+                      "task count, and waits for ranks that never start. Start every rank with "
+                      "srun (docs/launching.md)"),
+            op, *g);
+      }
       rethrow_with(e, op, *g);
     }
     for (int r = 0; r < world_size; ++r) all.push_back(decode(raw[r], r, rank));
@@ -304,6 +548,7 @@ std::shared_ptr<Group::Impl> make_root_group(std::shared_ptr<Store> store, int r
   g->checkout_on_exit = checkout_on_exit;
   g->barrier_x =
       std::make_unique<StoreExchange>(store, g->name + "/b", rank, world_size, g->timeout);
+  g->barrier_x->set_what("group " + g->name + ": store_barrier", detail::Subsys::INIT);
   int hosts = 0;
   for (int r = 0; r < world_size; ++r) {
     if (std::find(g->host_ids.begin(), g->host_ids.begin() + r, g->host_ids[r]) ==
@@ -426,11 +671,13 @@ Group Group::split(const std::vector<int>& ranks) const {
   derive_local(*g);
   g->barrier_x =
       std::make_unique<StoreExchange>(g->store, g->name + "/b", g->rank, g->world_size, g->timeout);
+  g->barrier_x->set_what("group " + g->name + ": split() of " + p->name, detail::Subsys::INIT);
   try {
     g->barrier_x->barrier();  // every member must arrive: a mismatched list fails here, clearly
   } catch (const Error& e) {
     rethrow_with(e, std::string(op) + "(ranks=" + list_for_message(sorted) + ") of " + p->name, *g);
   }
+  g->barrier_x->set_what("group " + g->name + ": store_barrier", detail::Subsys::INIT);
   SYMMEM_LOG(INFO, INIT) << "group " << g->name << ": rank " << g->rank << " of " << g->world_size
                          << " (global rank " << g->global_ranks[g->rank] << ")";
   return Group(g);

@@ -83,6 +83,31 @@ bool launcher_present(const Launcher& l) {
   return false;
 }
 
+// The fix for a layout error when `l`'s variables were found (null: none were).
+std::string launcher_advice(const Launcher* l) {
+  const std::string label = l != nullptr ? l->label : "";
+  if (label == "Open MPI") {
+    return " Found Open MPI's OMPI_COMM_WORLD_* variables: mpirun does not pass MASTER_ADDR and "
+           "MASTER_PORT to the ranks by itself; add -x MASTER_ADDR=<rank-0 host> -x "
+           "MASTER_PORT=<port> to the mpirun command line (symmem's store listens on "
+           "MASTER_PORT+1), or -x SYMMEM_STORE=tcp://host:port for a store started elsewhere "
+           "(see docs/launching.md, \"Open MPI: mpirun\").";
+  }
+  if (label == "Slurm") {
+    return " Found Slurm's SLURM_* variables: srun sets no store address; in the batch script, "
+           "before srun, export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | "
+           "head -n 1) and export MASTER_PORT=29500 (symmem's store listens on MASTER_PORT+1), "
+           "or export SYMMEM_STORE (see docs/launching.md, \"Slurm: srun\").";
+  }
+  if (label == "torchrun") {
+    return " Found torchrun's variables, but torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and "
+           "MASTER_PORT for every worker: set the missing ones too, or start the program with "
+           "torchrun or symmem-run (see docs/launching.md).";
+  }
+  return " Start the program with symmem-run, torchrun, srun or mpirun, or set SYMMEM_RANK, "
+         "SYMMEM_WORLD_SIZE and SYMMEM_STORE (see docs/launching.md).";
+}
+
 struct Field {
   int value = -1;
   std::string from;  // "options.rank", "SYMMEM_RANK", "RANK (torchrun)", ...
@@ -224,6 +249,13 @@ LaunchSettings resolve_launch(const GroupOptions& o) {
       s.store_port = *port + 1;
     }
   } else if (!(world.set() && world.value == 1)) {
+    if (found.empty() && !rank.set() && !world.set() && !local_rank.set() && !local_world.set()) {
+      // No launcher and nothing set: a job of one rank (like an MPI program started alone).
+      s.rank = 0;
+      s.world_size = 1;
+      s.launcher = kNoLauncher;
+      return s;
+    }
     missing.push_back(
         "a store (SYMMEM_STORE=tcp://host:port or file:///path, or MASTER_ADDR and MASTER_PORT)");
   }
@@ -258,7 +290,7 @@ LaunchSettings resolve_launch(const GroupOptions& o) {
   if (!missing.empty() || !contradictions.empty()) {
     std::string msg = "cannot determine the job layout. Found: ";
     if (found.empty() && !o.store && o.rank < 0 && o.world_size < 0) {
-      msg += "nothing (no launcher variables)";
+      msg += "no launcher variables";
     } else {
       std::vector<std::string> parts;
       if (o.rank >= 0) parts.push_back("options.rank=" + std::to_string(o.rank));
@@ -279,9 +311,7 @@ LaunchSettings resolve_launch(const GroupOptions& o) {
       for (size_t i = 0; i < contradictions.size(); ++i) msg += (i ? "; " : "") + contradictions[i];
       msg += ".";
     }
-    msg +=
-        " Start the program with symmem-run, torchrun, srun or mpirun, or set SYMMEM_RANK, "
-        "SYMMEM_WORLD_SIZE and SYMMEM_STORE (see docs/launching.md).";
+    msg += launcher_advice(launcher);
     throw_error(ErrorCode::InvalidArgument, kOp, rank.set() ? rank.value : -1, msg);
   }
 
@@ -300,6 +330,12 @@ Group Group::from_env(const GroupOptions& options) {
   detail::log_set_rank(s.rank);
   SYMMEM_LOG(INFO, INIT) << "from_env: rank " << s.rank << " of " << s.world_size << " from "
                          << s.launcher;
+  if (s.launcher == detail::kNoLauncher) {
+    SYMMEM_LOG(INFO, INIT) << "from_env: no launcher variables (RANK, OMPI_COMM_WORLD_RANK, "
+                              "SLURM_PROCID, SYMMEM_RANK, ...): running as a job of one rank "
+                              "(rank 0 of 1) with an in-process store; start the program with "
+                              "symmem-run, torchrun, srun or mpirun for more";
+  }
 
   GroupOptions o = options;
   o.rank = s.rank;
@@ -347,7 +383,7 @@ Group Group::from_env(const GroupOptions& options) {
     store = std::make_shared<detail::AbortAwareStore>(std::move(store));
   }
   auto impl = detail::make_root_group(std::move(store), s.rank, s.world_size, o, std::move(server),
-                                      checkout);
+                                      checkout, s.launcher);
   return Group(std::move(impl));
 }
 

@@ -11,6 +11,10 @@
 
 namespace symmem::detail {
 
+// LaunchSettings::launcher of a process started without any launcher variables: a job of one
+// rank with an in-process store (as an MPI program started alone runs as a world of one).
+inline constexpr const char* kNoLauncher = "no launcher (a job of one rank)";
+
 struct LaunchSettings {
   int rank = -1;
   int world_size = -1;
@@ -26,7 +30,9 @@ struct LaunchSettings {
 };
 
 // Reads options and the environment; throws InvalidArgument listing what was found and what
-// is missing or contradictory. Touches nothing else.
+// is missing or contradictory, with the fix for the launcher whose variables were found.
+// Nothing at all (no options, no launcher or SYMMEM_* layout variables, no store) gives rank 0
+// of 1 (launcher kNoLauncher). Touches nothing else.
 SYMMEM_API LaunchSettings resolve_launch(const GroupOptions& options);
 
 }  // namespace symmem::detail

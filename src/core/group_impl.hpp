@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/exchange.hpp"
+#include "symmem/error.hpp"
 #include "symmem/group.hpp"
 #include "symmem/store.hpp"
 
@@ -31,6 +32,10 @@ struct Group::Impl {
   // Root group of a job whose store is hosted by rank 0: on destruction every rank checks out
   // ("<name>/exit/<rank>") and rank 0 waits (bounded) for the others before its server stops.
   bool checkout_on_exit = false;
+  // Root group of more than one rank: its claim on its rank (NOTE [rank claims] in group.cpp),
+  // released on destruction. Empty when none.
+  std::string claim_key;
+  Bytes claim_value;
 
   std::mutex barrier_mutex;                  // serialises store_barrier() calls
   std::unique_ptr<StoreExchange> barrier_x;  // split() rendezvous + store_barrier(); "<name>/b"
@@ -46,15 +51,28 @@ struct Group::Impl {
 namespace detail {
 
 // NOTE [job abort key]
-// A launcher that sees a rank die (symmem-run does) sets this key in the job's store to a
-// line naming the rank, e.g. "rank 2 killed by signal 9 (Killed)". Waits that poll can check
-// it to fail fast with PeerFailure instead of running into their timeout; errors from Group
-// operations include it.
+// Whoever finds that the job cannot go on sets this key in the job's store to a line saying why:
+// a launcher that sees a rank die (symmem-run: "rank 2 killed by signal 9 (Killed) (reported by
+// symmem-run)"), or a process that finds its rank claimed by another process (NOTE [rank
+// claims] in group.cpp), whose line starts with kJobAbortInvalidPrefix. Waits that poll the key
+// fail fast instead of running into their timeout: with InvalidArgument after a line with that
+// prefix (the job was started wrongly), else with PeerFailure; errors from Group operations
+// include the line.
 inline constexpr const char* kJobAbortKey = "symmem/abort";
+inline constexpr const char* kJobAbortInvalidPrefix = "invalid job: ";
 
 // The reason stored at kJobAbortKey, or "" when the key is absent or the store cannot answer.
 // Never blocks beyond one store round trip; never throws.
 SYMMEM_API std::string job_abort_reason(Store& store) noexcept;
+
+// What an error should say about a non-empty abort `reason`, and its code: "the launcher
+// reports: <reason>" (PeerFailure), or the reason without kJobAbortInvalidPrefix
+// (InvalidArgument).
+SYMMEM_API std::string job_abort_text(const std::string& reason, ErrorCode* code);
+
+// A rank claim (NOTE [rank claims] in group.cpp) as process `pid` of this machine would write
+// it; tests plant one to stand for another process.
+SYMMEM_API Bytes rank_claim_value(long pid);
 
 // This process's host identity: `override_id` if non-empty, else SYMMEM_HOST_ID, else
 // "<hostname>/<boot id>".
@@ -63,10 +81,12 @@ SYMMEM_API std::string host_identity(const std::string& override_id);
 // Builds a group over `store` (collective over all `world_size` ranks). Exchanges host ids and
 // checks the launcher's local rank/size in `options` against them. `server` (may be null) is
 // kept alive by the group and its subgroups.
+// `launcher` (from_env's LaunchSettings::launcher; empty for Group::create) picks hints in errors.
 std::shared_ptr<Group::Impl> make_root_group(std::shared_ptr<Store> store, int rank, int world_size,
                                              const GroupOptions& options,
                                              std::shared_ptr<TcpStoreServer> server,
-                                             bool checkout_on_exit);
+                                             bool checkout_on_exit,
+                                             const std::string& launcher = "");
 
 }  // namespace detail
 }  // namespace symmem

@@ -326,7 +326,10 @@ void choose_backend(const Group& group, Device device, const AllocOptions& optio
 std::vector<AllocRecord> gather_records(const Group& group, uint64_t seq, const AllocRecord& mine) {
   if (group.world_size() <= 1) return {mine};
   try {
-    return group_exchange(group, "symmem/alloc").all_gather(mine);
+    StoreExchange& x = group_exchange(group, "symmem/alloc");
+    x.set_what("group " + group.name() + ": allocation #" + std::to_string(seq),
+               detail::Subsys::ALLOC);
+    return x.all_gather(mine);
   } catch (const Error& e) {
     throw_error(e.code(), kAllocOp, group.rank(),
                 "ranks of group " + group.name() + " did not all join allocation #" +

@@ -20,7 +20,8 @@
 //
 // Waits spin (with pause) for a short while, then yield, then sleep on the futex of the slot
 // with a bounded slice; every wait has a deadline and its Timeout error names the op, this rank,
-// the awaited rank and the channel.
+// the awaited rank and the channel. A sleeping wait logs the ranks it still waits for every
+// SYMMEM_WAIT_REPORT_S seconds (NOTE [wait reports] in core/wait_report.hpp).
 //
 // Workspace layout (bytes from the start of each rank's workspace buffer):
 //   [0, desc_region)     two agreement descriptors (op sequence parity 0 and 1), written by
@@ -41,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "core/wait_report.hpp"
 #include "symmem/backend.hpp"
 #include "symmem/error.hpp"
 #include "symmem/memory.hpp"
@@ -145,10 +147,13 @@ class PadSync {
     std::atomic_ref<uint32_t> sleeping(
         pads_[rank_][static_cast<size_t>(sleep_ch_) * world_ + rank_]);
     auto next_liveness = SyncClock::now() + std::chrono::milliseconds(50);
+    WaitReport report(std::string(op_) + " (CPU sync of group " + ws_.group().name() + ")",
+                      Subsys::COLL, rank_, t0, deadline_, timeout_);
     while (true) {
       sleeping.store(1, std::memory_order_seq_cst);
       if (s.load(std::memory_order_seq_cst) != 0) break;
       auto now = SyncClock::now();
+      if (report.due(now)) report_missing(report, src);
       if (now >= deadline_) {
         sleeping.store(0, std::memory_order_seq_cst);
         throw_error(ErrorCode::Timeout, op_, rank_,
@@ -181,10 +186,29 @@ class PadSync {
   // Full barrier over the group (every rank signals every other rank, then waits for all).
   void barrier() {
     for (int k = 1; k < world_; ++k) signal((rank_ + k) % world_);
-    for (int k = 1; k < world_; ++k) wait((rank_ + world_ - k) % world_);
+    for (int k = 1; k < world_; ++k) {
+      barrier_step_ = k;  // for the wait report: peers k.. are still to be waited for
+      wait((rank_ + world_ - k) % world_);
+    }
+    barrier_step_ = 0;
   }
 
  private:
+  // One wait-report line: in a barrier, the peers still awaited whose signal has not come (their
+  // slot on this rank's pad is 0); else `src`.
+  void report_missing(WaitReport& report, int src) const {
+    if (barrier_step_ == 0) return report.ranks({src}, -1, -1);
+    std::vector<int> missing;
+    for (int k = barrier_step_; k < world_; ++k) {
+      const int p = (rank_ + world_ - k) % world_;
+      uint32_t* slot = pads_[rank_] + static_cast<size_t>(sync_ch_) * world_ + p;
+      if (p == src || std::atomic_ref<uint32_t>(*slot).load(std::memory_order_relaxed) == 0) {
+        missing.push_back(p);
+      }
+    }
+    report.ranks(missing, world_ - static_cast<int>(missing.size()), world_);
+  }
+
   static void consume(std::atomic_ref<uint32_t>& s) { s.fetch_sub(1, std::memory_order_acq_rel); }
 
   SymmetricMemory ws_;
@@ -195,6 +219,7 @@ class PadSync {
   int sync_ch_ = 0;
   int sleep_ch_ = 0;
   bool oversubscribed_ = false;
+  int barrier_step_ = 0;  // > 0 inside barrier(): the step being waited for
   static constexpr std::chrono::microseconds kSpinTime{20};
   // NOTE [pad wait backoff]: a sched_yield that took [kSwitchMin, kPeerRunMax) ran someone else
   // briefly; with the awaited signal there afterwards, that was the peer.

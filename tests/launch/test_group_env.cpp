@@ -3,7 +3,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "symmem/env.hpp"
 #include "symmem/error.hpp"
 #include "symmem/group.hpp"
+#include "symmem/store.hpp"
 #include "test_util.hpp"
 
 using symmem::ErrorCode;
@@ -31,6 +34,7 @@ const char* const kVars[] = {"SYMMEM_RANK",
                              "SYMMEM_STORE_BIND",
                              "SYMMEM_HOST_ID",
                              "SYMMEM_DEBUG",
+                             "SYMMEM_TIMEOUT_MS",
                              "RANK",
                              "WORLD_SIZE",
                              "LOCAL_RANK",
@@ -45,6 +49,13 @@ const char* const kVars[] = {"SYMMEM_RANK",
                              "SLURM_NTASKS",
                              "SLURM_STEP_NUM_TASKS",
                              "SLURM_LOCALID"};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
 
 class FromEnv : public ::testing::Test {
  protected:
@@ -208,10 +219,87 @@ TEST_F(FromEnv, LocalRankOnlyFromTheSourceOfTheRank) {
   EXPECT_EQ(s.local_rank, -1);
 }
 
-TEST_F(FromEnv, NothingSetListsWhatIsMissing) {
+TEST_F(FromEnv, NothingSetIsAOneRankJob) {
+  // No launcher at all: like an MPI program started alone, a world of one.
+  auto s = resolve_launch({});
+  EXPECT_EQ(s.rank, 0);
+  EXPECT_EQ(s.world_size, 1);
+  EXPECT_EQ(s.launcher, symmem::detail::kNoLauncher);
+  EXPECT_TRUE(s.store_url.empty());
+  EXPECT_TRUE(s.master_addr.empty());
+
+  const std::string path = "/tmp/symmem-singleton-log-" + std::to_string(getpid()) + ".txt";
+  unlink(path.c_str());
+  {
+    symmem::test::ScopedEnv level("SYMMEM_DEBUG", "INFO");
+    symmem::test::ScopedEnv file("SYMMEM_DEBUG_FILE", path.c_str());
+    auto g = symmem::Group::from_env();
+    EXPECT_EQ(g.rank(), 0);
+    EXPECT_EQ(g.world_size(), 1);
+    EXPECT_EQ(g.local_rank(), 0);
+    EXPECT_NE(dynamic_cast<symmem::HashStore*>(g.store().get()), nullptr) << "in-process store";
+    g.store_barrier();
+  }
+  std::string log = slurp(path);
+  unlink(path.c_str());
+  EXPECT_NE(log.find("symmem INFO INIT from_env: no launcher variables"), std::string::npos) << log;
+  EXPECT_NE(log.find("running as a job of one rank (rank 0 of 1)"), std::string::npos) << log;
+}
+
+TEST_F(FromEnv, OnlyAStoreIsNotAOneRankJob) {
+  set({{"SYMMEM_STORE", "tcp://h:1"}});
+  symmem::test::expect_error(
+      [] { resolve_launch({}); }, ErrorCode::InvalidArgument,
+      {"Group::from_env", "Found: SYMMEM_STORE=tcp://h:1", "Missing: rank", "world size",
+       "Start the program with symmem-run, torchrun, srun or mpirun"});
+}
+
+TEST_F(FromEnv, OpenMpiWithoutMasterGivesMpirunFix) {
+  set({{"OMPI_COMM_WORLD_RANK", "1"},
+       {"OMPI_COMM_WORLD_SIZE", "4"},
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}});
+  try {
+    resolve_launch({});
+    ADD_FAILURE() << "expected InvalidArgument";
+  } catch (const symmem::Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << what;
+    EXPECT_NE(what.find("Found: OMPI_COMM_WORLD_RANK=1, OMPI_COMM_WORLD_SIZE=4"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("Missing: a store"), std::string::npos) << what;
+    EXPECT_NE(what.find("Found Open MPI's OMPI_COMM_WORLD_* variables"), std::string::npos) << what;
+    EXPECT_NE(what.find("-x MASTER_ADDR=<rank-0 host> -x MASTER_PORT=<port>"), std::string::npos)
+        << what;
+    EXPECT_EQ(what.find("Start the program with symmem-run"), std::string::npos)
+        << "generic advice despite a recognised launcher: " << what;
+  }
+}
+
+TEST_F(FromEnv, SlurmWithoutMasterGivesBatchScriptFix) {
+  set({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "0"}});
+  try {
+    resolve_launch({});
+    ADD_FAILURE() << "expected InvalidArgument";
+  } catch (const symmem::Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << what;
+    EXPECT_NE(what.find("Found Slurm's SLURM_* variables"), std::string::npos) << what;
+    EXPECT_NE(what.find("export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | "
+                        "head -n 1)"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("export MASTER_PORT=29500"), std::string::npos) << what;
+    EXPECT_EQ(what.find("Start the program with symmem-run"), std::string::npos) << what;
+    EXPECT_EQ(what.find("mpirun"), std::string::npos) << what;
+  }
+}
+
+TEST_F(FromEnv, TorchrunVariablesByHandGiveTorchrunAdvice) {
+  set({{"RANK", "1"}, {"WORLD_SIZE", "2"}});
   symmem::test::expect_error([] { resolve_launch({}); }, ErrorCode::InvalidArgument,
-                             {"Group::from_env", "Found: nothing", "Missing: rank", "world size",
-                              "a store", "symmem-run, torchrun, srun or mpirun"});
+                             {"Missing: a store", "Found torchrun's variables",
+                              "torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT"});
 }
 
 TEST_F(FromEnv, PartialSettingsListFoundAndMissing) {
@@ -290,4 +378,32 @@ TEST_F(FromEnv, HostIdOverride) {
   gethostname(host, sizeof(host) - 1);
   EXPECT_EQ(id.rfind(host, 0), 0u) << id;  // hostname first, then the boot id
   EXPECT_GT(id.size(), std::string(host).size() + 30) << id;
+}
+
+TEST_F(FromEnv, SlurmRankCountMismatchTimeoutBlamesStartsWithoutSrun) {
+  char dir[] = "/tmp/symmem-slurm-store-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string url = std::string("file://") + dir;
+  // The batch step's ./app: SLURM_PROCID=0 of the allocation's 2 tasks, nobody else comes.
+  set({{"SLURM_PROCID", "0"},
+       {"SLURM_NTASKS", "2"},
+       {"SYMMEM_STORE", url},
+       {"SYMMEM_TIMEOUT_MS", "300"}});
+  symmem::test::expect_error(
+      [] { symmem::Group::from_env(); }, ErrorCode::Timeout,
+      {"rank 1 did not arrive within 300 ms",
+       "Under Slurm the usual cause is ranks started without srun", "Start every rank with srun"});
+  // The same under torchrun's variables: no Slurm advice.
+  unsetenv("SLURM_PROCID");
+  unsetenv("SLURM_NTASKS");
+  set({{"RANK", "0"}, {"WORLD_SIZE", "2"}});
+  try {
+    symmem::Group::from_env();
+    ADD_FAILURE() << "expected Timeout";
+  } catch (const symmem::Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Timeout) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("srun"), std::string::npos) << e.what();
+  }
+  std::string rm = std::string("rm -rf ") + dir;
+  EXPECT_EQ(system(rm.c_str()), 0);
 }

@@ -10,8 +10,9 @@
 
 namespace symmem::detail {
 
-AbortAwareStore::AbortAwareStore(std::shared_ptr<Store> inner, Millis slice)
-    : inner_(std::move(inner)), slice_(slice) {
+AbortAwareStore::AbortAwareStore(std::shared_ptr<Store> inner, Millis slice,
+                                 bool forward_disconnect)
+    : inner_(std::move(inner)), slice_(slice), forward_disconnect_(forward_disconnect) {
   SYMMEM_INTERNAL_CHECK(inner_ != nullptr && slice_.count() > 0);
 }
 
@@ -45,9 +46,10 @@ void AbortAwareStore::wait_sliced(const char* op, const std::vector<std::string>
     }
     if (missing.empty()) return;  // arrived at the last moment
     if (!reason.empty()) {
-      throw_error(ErrorCode::PeerFailure, op, -1,
-                  "job aborted while waiting for " + join_keys(missing, 8) +
-                      ": the launcher reports: " + reason);
+      ErrorCode code = ErrorCode::PeerFailure;
+      std::string text = job_abort_text(reason, &code);
+      throw_error(code, op, -1,
+                  "job aborted while waiting for " + join_keys(missing, 8) + ": " + text);
     }
     throw_store_timeout(op, missing, timeout);
   }
@@ -99,6 +101,14 @@ bool AbortAwareStore::check(const std::vector<std::string>& keys) {
 
 int64_t AbortAwareStore::num_keys() {
   return inner_->num_keys();
+}
+
+bool AbortAwareStore::set_on_disconnect(const std::string& key, const Bytes& value) {
+  return forward_disconnect_ && inner_->set_on_disconnect(key, value);
+}
+
+void AbortAwareStore::cancel_on_disconnect(const std::string& key) {
+  if (forward_disconnect_) inner_->cancel_on_disconnect(key);
 }
 
 }  // namespace symmem::detail

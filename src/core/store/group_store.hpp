@@ -5,6 +5,9 @@
 // slices, checks the job abort key (NOTE [job abort key] in core/group_impl.hpp). When a launcher
 // has reported a dead rank there, the call fails at once with PeerFailure carrying that report,
 // instead of waiting for its full timeout; so does every StoreExchange built on group.store().
+// A key marked as an invalid job (a rank claimed twice) fails the call with InvalidArgument.
+// Disconnect keys are forwarded to the inner store only when asked (`forward_disconnect`);
+// otherwise set_on_disconnect() answers false, as the default Store does.
 
 #include <memory>
 #include <string>
@@ -17,7 +20,8 @@ namespace symmem::detail {
 
 class SYMMEM_API AbortAwareStore final : public Store {
  public:
-  explicit AbortAwareStore(std::shared_ptr<Store> inner, Millis slice = Millis(200));
+  explicit AbortAwareStore(std::shared_ptr<Store> inner, Millis slice = Millis(200),
+                           bool forward_disconnect = false);
   ~AbortAwareStore() override;
 
   void set(const std::string& key, const Bytes& value) override;
@@ -30,6 +34,8 @@ class SYMMEM_API AbortAwareStore final : public Store {
   bool remove(const std::string& key) override;
   bool check(const std::vector<std::string>& keys) override;
   int64_t num_keys() override;
+  bool set_on_disconnect(const std::string& key, const Bytes& value) override;
+  void cancel_on_disconnect(const std::string& key) override;
 
   const std::shared_ptr<Store>& inner() const { return inner_; }
 
@@ -40,6 +46,7 @@ class SYMMEM_API AbortAwareStore final : public Store {
 
   std::shared_ptr<Store> inner_;
   Millis slice_;
+  bool forward_disconnect_;
 };
 
 }  // namespace symmem::detail

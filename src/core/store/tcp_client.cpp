@@ -26,6 +26,7 @@
 #include "core/store/store.hpp"
 #include "core/store/tcp_protocol.hpp"
 #include "core/store/tcp_socket.hpp"
+#include "core/wait_report.hpp"
 #include "symmem/env.hpp"
 #include "symmem/store.hpp"
 
@@ -202,6 +203,7 @@ void TcpStore::Impl::connect(Millis timeout) {
   std::string port_str = std::to_string(port);
   std::string last_error = "no attempt";
   Millis backoff(10);
+  detail::WaitReport report("TcpStore", detail::Subsys::STORE, -1, Clock::now(), deadline, timeout);
   for (;;) {
     addrinfo* res = nullptr;
     int rc = ::getaddrinfo(host.c_str(), port_str.c_str(), &hints, &res);
@@ -244,6 +246,11 @@ void TcpStore::Impl::connect(Millis timeout) {
                   "could not connect to the store server " + where + " within " +
                       std::to_string(timeout.count()) + " ms: " + last_error +
                       " (is the server running?)");
+    }
+    if (report.due(Clock::now())) {
+      report.text("the store server " + where + " to accept a connection (" + last_error +
+                  "; is the process hosting it running: rank 0 at MASTER_ADDR:MASTER_PORT+1, "
+                  "symmem-run or symmem-store?)");
     }
     std::this_thread::sleep_for(std::min<Millis>(backoff, Millis(ms_until(deadline))));
     backoff = std::min<Millis>(backoff * 2, Millis(250));
