@@ -84,8 +84,8 @@ void WaitReport::emit(const std::string& body) {
   line.stream() << what_ << ": "
                 << (rank_ >= 0 ? "rank " + std::to_string(rank_) + " has waited " : "waited ")
                 << seconds(now - start_) << " for " << body << "; " << seconds(deadline_ - now)
-                << " left of the "
-                << seconds(std::chrono::duration_cast<Clock::duration>(timeout_)) << " timeout";
+                << " left of the " << seconds(std::chrono::duration_cast<Clock::duration>(timeout_))
+                << " timeout";
 }
 
 }  // namespace symmem::detail

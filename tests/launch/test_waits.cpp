@@ -26,15 +26,15 @@ struct Outcome {
 
 struct Job {
   Result run;
-  std::multimap<int, Outcome> results;   // by rank (a doubled rank has two)
-  std::map<int, std::vector<int>> pids;  // rank -> pids
+  std::multimap<int, Outcome> results;            // by rank (a doubled rank has two)
+  std::map<int, std::vector<int>> pids;           // rank -> pids
   std::map<int, std::vector<std::string>> warns;  // symmem-run slot -> its WARN lines
 };
 
 Job run_job(int n, std::vector<std::string> worker_args, std::vector<std::string> env,
             double limit_s = 60) {
-  std::vector<std::string> args = {"-n", std::to_string(n), "--timeout", "60", "--",
-                                   SYMMEM_WAITS_WORKER};
+  std::vector<std::string> args = {"-n", std::to_string(n),  "--timeout", "60",
+                                   "--", SYMMEM_WAITS_WORKER};
   args.insert(args.end(), worker_args.begin(), worker_args.end());
   Job j;
   j.run = run(args, limit_s, nullptr, env);
@@ -68,8 +68,8 @@ TEST(WaitReport, GroupCreationNamesTheAbsentRank) {
   for (int rank = 0; rank < 2; ++rank) {
     std::vector<std::string> about;
     for (const auto& l : j.warns[rank]) {
-      if (contains(l, "group g0: creation (3 ranks): rank " + std::to_string(rank) +
-                          " has waited ") &&
+      if (contains(l,
+                   "group g0: creation (3 ranks): rank " + std::to_string(rank) + " has waited ") &&
           contains(l, " for rank 2 (2 of 3 arrived); ") &&
           contains(l, " left of the 6.0 s timeout")) {
         about.push_back(l);

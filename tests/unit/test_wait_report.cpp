@@ -102,9 +102,8 @@ TEST(WaitReport, TcpStoreConnectSaysWhoItWaitsFor) {
   unlink(path.c_str());
   ScopedEnv file("SYMMEM_DEBUG_FILE", path.c_str());
   ScopedEnv every("SYMMEM_WAIT_REPORT_S", "1");
-  symmem::test::expect_error(
-      [&] { symmem::TcpStore("127.0.0.1", port, "", symmem::Millis(2200)); },
-      symmem::ErrorCode::Timeout, {"could not connect to the store server"});
+  symmem::test::expect_error([&] { symmem::TcpStore("127.0.0.1", port, "", symmem::Millis(2200)); },
+                             symmem::ErrorCode::Timeout, {"could not connect to the store server"});
   auto lines = warn_lines(path);
   unlink(path.c_str());
   ASSERT_EQ(lines.size(), 2u);
