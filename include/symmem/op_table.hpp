@@ -95,6 +95,20 @@ SYMMEM_API const OpInfo* op_table_rows() noexcept;
 SYMMEM_API const OpInfo& op_info(OpKind k);  // InvalidArgument for a value that is no row
 SYMMEM_API const OpInfo* find_op(std::string_view name) noexcept;  // nullptr: no such op
 SYMMEM_API const char* to_string(OpKind k) noexcept;
+// The columns' values by name, as symmem.op_table() shows them: "world", "recv_block",
+// "reduction" / "collective" / "one_sided" / "sync".
+SYMMEM_API const char* to_string(op_table::Blocks b) noexcept;
+SYMMEM_API const char* to_string(op_table::InPlace p) noexcept;
+SYMMEM_API const char* to_string(op_table::Kind k) noexcept;
+// The `agree` flags with the argument each stands for ("op" for redop), in the order
+// symmem.op_table() lists them.
+struct AgreeFlag {
+  uint32_t flag;
+  const char* arg;
+};
+inline constexpr AgreeFlag kAgreeFlags[] = {
+    {op_table::count, "count"}, {op_table::dtype, "dtype"}, {op_table::redop, "op"},
+    {op_table::algo, "algo"},   {op_table::root, "root"},   {op_table::known, "recv_counts_known"}};
 
 // Elements of a buffer with `b` blocks of `count` elements for a group of `world` ranks
 // (none/var: 0).

@@ -189,26 +189,19 @@ size_t blocked_count(OpCall& c, OpKind kind, const ArrayRef& a, const char* an, 
 
 // symmem.op_table(): the rows of NOTE [op table], for the torch custom ops and for users.
 nb::list op_table_list() {
-  static const char* const blocks[] = {"none", "one", "world", "root", "var"};
-  static const char* const in_place[] = {"no", "same", "recv_block", "send_block"};
-  static const char* const kinds[] = {"reduction", "collective", "one_sided", "sync"};
-  static const std::pair<uint32_t, const char*> agree[] = {
-      {op_table::count, "count"}, {op_table::dtype, "dtype"},
-      {op_table::redop, "op"},    {op_table::algo, "algo"},
-      {op_table::root, "root"},   {op_table::known, "recv_counts_known"}};
   nb::list out;
   for (int i = 0; i < kOpCount; ++i) {
     const OpInfo& r = op_table_rows()[i];
     nb::dict d;
     d["name"] = r.name;
     d["count_arg"] = r.count_arg;
-    d["send"] = blocks[static_cast<int>(r.send)];
-    d["recv"] = blocks[static_cast<int>(r.recv)];
-    d["in_place"] = in_place[static_cast<int>(r.in_place)];
-    d["kind"] = kinds[static_cast<int>(r.op_kind)];
+    d["send"] = to_string(r.send);
+    d["recv"] = to_string(r.recv);
+    d["in_place"] = to_string(r.in_place);
+    d["kind"] = to_string(r.op_kind);
     nb::list ag;
-    for (const auto& [flag, name] : agree)
-      if (r.must_agree(flag)) ag.append(name);
+    for (const AgreeFlag& a : kAgreeFlags)
+      if (r.must_agree(a.flag)) ag.append(a.arg);
     d["agree"] = ag;
     d["busbw_factor"] =
         nb::cpp_function([b = r.busbw](int world) { return busbw_factor(b, world); });

@@ -2,6 +2,7 @@
 
 #include "symmem/op_table.hpp"
 
+#include <iterator>
 #include <string>
 
 #include "symmem/backend.hpp"
@@ -50,6 +51,24 @@ const OpInfo* find_op(std::string_view name) noexcept {
 const char* to_string(OpKind k) noexcept {
   const auto i = static_cast<unsigned>(k);
   return i < static_cast<unsigned>(kOpCount) ? kRows[i].name : "unknown";
+}
+
+const char* to_string(op_table::Blocks b) noexcept {
+  static const char* const names[] = {"none", "one", "world", "root", "var"};
+  const auto i = static_cast<unsigned>(b);
+  return i < std::size(names) ? names[i] : "unknown";
+}
+
+const char* to_string(op_table::InPlace p) noexcept {
+  static const char* const names[] = {"no", "same", "recv_block", "send_block"};
+  const auto i = static_cast<unsigned>(p);
+  return i < std::size(names) ? names[i] : "unknown";
+}
+
+const char* to_string(op_table::Kind k) noexcept {
+  static const char* const names[] = {"reduction", "collective", "one_sided", "sync"};
+  const auto i = static_cast<unsigned>(k);
+  return i < std::size(names) ? names[i] : "unknown";
 }
 
 bool Backend::supports(OpKind kind, DType dtype, DeviceType device) const {

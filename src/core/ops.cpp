@@ -447,51 +447,6 @@ void agree(Call& c, uint64_t seq, const LocalError& err) {
 }
 
 // Runs a collective: local checks (in `check`), agreement, backend run.
-void check_collective(Call& c);
-template <class Check>
-void run_collective(Call& c, const OpOptions& o, Check&& check);
-void run_collective(Call& c, const OpOptions& o) {
-  run_collective(c, o, [](Call&) {});
-}
-
-template <class Check>
-void run_collective(Call& c, const OpOptions& o, Check&& check) {
-  if (!c.group || !c.group->valid())
-    throw_invalid_argument(c.op, -1, "group", "is not a valid group (default-constructed?)");
-  c.rank = c.group->rank();
-  c.world = c.group->world_size();
-  c.timeout = detail::resolve_timeout(kDefaultTimeout);  // until checked below
-  // Preliminary device (the checks need to know whether counts live in device memory).
-  if (o.device) {
-    c.device = *o.device;
-  } else {
-    SymmetricMemory any = find_symmetric_any(c.send ? c.send : c.recv);
-    c.device = any.valid() ? any.device() : Device::cpu();
-  }
-  LocalError err;
-  try {
-    c.timeout = op_timeout(c.op, c.rank, o.timeout);
-    check_collective(c);
-    check(c);
-    resolve_backend_for(c, o.device);
-  } catch (const ArgFailure& f) {
-    err.code = f.error.code();
-    err.message = f.error.what();
-  }
-  const bool agreement = c.world > 1 && !c.device.is_cuda();
-  if (agreement) {
-    agree(c, next_seq(*c.group), err);
-  } else if (err.set()) {
-    throw Error(err.code, err.message);
-  }
-  if (c.info.must_agree(op_table::algo) && c.algo == Algo::automatic) {
-    std::string forced = env::algo();
-    if (forced != "auto") c.algo = parse_algo(forced, "SYMMEM_ALGO");
-  }
-  OpArgs args = make_args(c, o);
-  c.backend->run(args);
-}
-
 // The checks every collective shares, from its row: the dtype, the reduction argument, the
 // count's byte size and, for ops whose buffers are whole blocks, both buffers and the in-place
 // form (overlap is only allowed there). Ops with root-only or count-array buffers check those
@@ -534,6 +489,48 @@ void check_collective(Call& c) {
     fail_arg(c.op, c.rank, "recv",
              "overlaps 'send' without being the in-place form of this op (see ops.hpp)");
   }
+}
+
+template <class Check>
+void run_collective(Call& c, const OpOptions& o, Check&& check) {
+  if (!c.group || !c.group->valid())
+    throw_invalid_argument(c.op, -1, "group", "is not a valid group (default-constructed?)");
+  c.rank = c.group->rank();
+  c.world = c.group->world_size();
+  c.timeout = detail::resolve_timeout(kDefaultTimeout);  // until checked below
+  // Preliminary device (the checks need to know whether counts live in device memory).
+  if (o.device) {
+    c.device = *o.device;
+  } else {
+    SymmetricMemory any = find_symmetric_any(c.send ? c.send : c.recv);
+    c.device = any.valid() ? any.device() : Device::cpu();
+  }
+  LocalError err;
+  try {
+    c.timeout = op_timeout(c.op, c.rank, o.timeout);
+    check_collective(c);
+    check(c);
+    resolve_backend_for(c, o.device);
+  } catch (const ArgFailure& f) {
+    err.code = f.error.code();
+    err.message = f.error.what();
+  }
+  const bool agreement = c.world > 1 && !c.device.is_cuda();
+  if (agreement) {
+    agree(c, next_seq(*c.group), err);
+  } else if (err.set()) {
+    throw Error(err.code, err.message);
+  }
+  if (c.info.must_agree(op_table::algo) && c.algo == Algo::automatic) {
+    std::string forced = env::algo();
+    if (forced != "auto") c.algo = parse_algo(forced, "SYMMEM_ALGO");
+  }
+  OpArgs args = make_args(c, o);
+  c.backend->run(args);
+}
+
+void run_collective(Call& c, const OpOptions& o) {
+  run_collective(c, o, [](Call&) {});
 }
 
 }  // namespace

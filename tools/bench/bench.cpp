@@ -254,9 +254,8 @@ Shape shape_of(OpKind op, size_t size, size_t es, int n) {
   const OpInfo& row = op_info(op);
   auto blocks = [](Blocks b) { return b == Blocks::var ? Blocks::world : b; };
   const Blocks sb = blocks(row.send), rb = blocks(row.recv);
-  const bool per_rank = sb == Blocks::world || rb == Blocks::world;
   Shape s;
-  s.count = size / es / (per_rank ? static_cast<size_t>(n) : 1);
+  s.count = size / es / (count_is_per_rank(row) ? static_cast<size_t>(n) : 1);
   s.send_elems = block_elems(sb, s.count, n);
   s.recv_elems = block_elems(rb, s.count, n);
   s.bytes = std::max(s.send_elems, s.recv_elems) * es;

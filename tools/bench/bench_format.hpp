@@ -159,6 +159,14 @@ inline std::string json_row(const Row& r) {
   return buf;
 }
 
+// Whether the op's count is per rank: a buffer holds world_size blocks of it (all_to_all_v, whose
+// blocks vary, is timed with world_size equal blocks), so count = size / dtype bytes / N.
+inline bool count_is_per_rank(const OpInfo& row) {
+  using op_table::Blocks;
+  auto split = [](Blocks b) { return b == Blocks::world || b == Blocks::var; };
+  return split(row.send) || split(row.recv);
+}
+
 // ---- --help: what a size means for each op, from the op table
 // ------------------------------------
 inline const char* blocks_text(op_table::Blocks b) {
@@ -183,8 +191,7 @@ inline std::string size_help() {
   std::string out;
   for (OpKind k : all_ops()) {
     const OpInfo& row = op_info(k);
-    const bool per_rank = row.send == Blocks::world || row.recv == Blocks::world ||
-                          row.send == Blocks::var || row.recv == Blocks::var;
+    const bool per_rank = count_is_per_rank(row);
     const bool send_larger = row.send == Blocks::world && row.recv != Blocks::world;
     const bool recv_larger = row.recv == Blocks::world && row.send != Blocks::world;
     std::string size_is = send_larger   ? "the send buffer"
