@@ -169,11 +169,39 @@ for _row in _symmem.op_table():
 __all__.sort()
 
 
+def _register_barrier() -> None:
+    """symmem::barrier(group, device): a custom op with no tensor, registered as effectful (an
+    ordered side effect), so graph passes neither drop it nor move it across other effectful ops;
+    torch.compile traces it without a graph break."""
+    qualname = "symmem::barrier"
+    torch.library.define(qualname, "(str group, str? device=None) -> ()", lib=_lib)
+
+    @torch.library.impl(qualname, "CompositeExplicitAutograd", lib=_lib)
+    def kernel(group, device=None):
+        _symmem.barrier(group=_group(group), device=device)
+
+    @torch.library.register_fake(qualname, lib=_lib)
+    def fake(group, device=None):
+        return None
+
+    op = torch.ops.symmem.barrier.default
+    effectful = getattr(torch.library, "_register_effectful_op", None)
+    if effectful is not None and hasattr(torch.library, "EffectType"):
+        effectful(op, torch.library.EffectType.ORDERED, lib=_lib)
+    else:  # older torch: at least keep graph passes from dropping it
+        torch.fx.node.has_side_effect(op)
+
+
+_register_barrier()
+
+
 def barrier(group=None, device=None) -> None:
-    """Eager barrier over the group. Not a custom op: it has no tensor to order it by, and a
-    graph pass may drop or move an op without one, so call it outside compiled regions (inside
-    one it is a graph break)."""
-    _symmem.barrier(group=group if not isinstance(group, str) else _group(group), device=device)
+    """torch.ops.symmem.barrier over the group (a Group, its name or None: the default group);
+    `device` "cpu" or "cuda[:i]" (None: the device of the group's most recent allocation, else
+    the CPU). Traces under torch.compile(fullgraph=True) as an ordered side effect."""
+    if isinstance(device, torch.device):
+        device = str(device)
+    torch.ops.symmem.barrier(_name(group), device)
 
 
 def _dtype_name(dtype) -> str:

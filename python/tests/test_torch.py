@@ -154,3 +154,30 @@ def test_helpers_trace_fullgraph_with_a_group_object_name_or_none(g, how):
 def test_empty_defaults_to_torchs_default_device(g):
     t = st.empty((4,), group=g)
     assert t.device == torch.get_default_device() == torch.device("cpu")
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_barrier_traces_fullgraph_and_runs_each_call(g, backend, monkeypatch):
+    calls = []
+    real = symmem.barrier
+
+    def counting(**kw):
+        calls.append(kw["group"])
+        return real(**kw)
+
+    monkeypatch.setattr(symmem, "barrier", counting)
+
+    def f(x):
+        y = x + 1
+        st.barrier(group=g)  # no tensor: kept and ordered as an effectful op
+        st.all_reduce(y, group=g)
+        st.barrier()
+        return y * 2
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=True, backend=backend)
+    x = torch.arange(4, dtype=torch.float32)
+    for n in (1, 2):
+        assert torch.equal(compiled(x), (x + 1) * 2)
+        assert len(calls) == 2 * n  # neither barrier was dropped by a graph pass
+    assert calls[0] is g
