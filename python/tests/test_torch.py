@@ -166,6 +166,8 @@ def test_barrier_traces_fullgraph_and_runs_each_call(g, backend, monkeypatch):
         return real(**kw)
 
     monkeypatch.setattr(symmem, "barrier", counting)
+    previous = symmem.default_group()
+    symmem.set_default_group(g)  # for st.barrier() with no group
 
     def f(x):
         y = x + 1
@@ -180,4 +182,5 @@ def test_barrier_traces_fullgraph_and_runs_each_call(g, backend, monkeypatch):
     for n in (1, 2):
         assert torch.equal(compiled(x), (x + 1) * 2)
         assert len(calls) == 2 * n  # neither barrier was dropped by a graph pass
-    assert calls[0] is g
+    symmem.set_default_group(previous)
+    assert calls[0] is g and calls[1] is None
