@@ -89,7 +89,8 @@ struct OpArgs {
   SymmetricMemory recv_sym;
   // Returns a workspace of at least `bytes` on every rank of the group (collective the first
   // time a size is reached: every rank asks for the same size since ops are called with the same
-  // arguments). Growing it during CUDA graph capture is an InvalidArgument error.
+  // arguments). Growing it during CUDA graph capture is an InvalidArgument error. Callable only
+  // during Backend::run (it refers to the caller's group).
   std::function<SymmetricMemory(size_t bytes)> workspace;
 };
 

@@ -94,6 +94,9 @@ SYMMEM_API void validate_all();
 
 // Forgets cached values so the next read consults the environment again (tests only).
 SYMMEM_API void reset_cache_for_testing();
+// Changes each time reset_cache_for_testing() runs: the typed accessors below keep their value
+// per thread and read it again when this moves.
+SYMMEM_API uint64_t cache_generation() noexcept;
 
 // ---- generated from SYMMEM_ENV_SETTINGS ----------------------------------------------------
 // The defaults, at compile time: env::defaults::timeout_ms.text is "300000" and
@@ -162,11 +165,29 @@ template <>
 struct Read<Kind::optional_int> {
   static std::optional<int64_t> get(std::string_view name) { return get_int(name); }
 };
+// One setting's value in one thread: the ops read some settings on every call, and this keeps
+// that to a compare (no lock, no map). A read that throws (a bad value) is not kept.
+template <class T>
+struct Cached {
+  uint64_t stamp = 0;  // cache_generation() + 1 when `value` is current
+  T value{};
+  template <class Read>
+  T get(Read read) {
+    const uint64_t want = cache_generation() + 1;
+    if (stamp != want) {
+      value = read();
+      stamp = want;
+    }
+    return value;
+  }
+};
 }  // namespace typed
 
 #define SYMMEM_ENV_ACCESSOR(ID, NAME, TYPE, DEFAULT, ACCEPTED, MEANING) \
   inline auto ID() {                                                    \
-    return typed::Read<typed::kind_of(TYPE, DEFAULT)>::get(NAME);       \
+    using Read_ = typed::Read<typed::kind_of(TYPE, DEFAULT)>;           \
+    thread_local typed::Cached<decltype(Read_::get(NAME))> cached_;     \
+    return cached_.get([] { return Read_::get(NAME); });                \
   }
 SYMMEM_ENV_SETTINGS(SYMMEM_ENV_ACCESSOR)
 #undef SYMMEM_ENV_ACCESSOR

@@ -1,6 +1,7 @@
 #include "symmem/env.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
@@ -232,9 +233,16 @@ void validate_all() {
   }
 }
 
+std::atomic<uint64_t> g_generation{0};
+
+uint64_t cache_generation() noexcept {
+  return g_generation.load(std::memory_order_acquire);
+}
+
 void reset_cache_for_testing() {
   {
     std::lock_guard<std::mutex> lock(g_mutex);
+    g_generation.fetch_add(1, std::memory_order_acq_rel);
     cache().clear();
     parsed<std::string>().clear();
     parsed<std::optional<int64_t>>().clear();

@@ -48,7 +48,7 @@ struct GroupState {
   std::mutex exchange_mu;
   std::map<std::string, std::unique_ptr<StoreExchange>> exchanges;
   std::mutex workspace_mu;
-  std::map<std::string, SymmetricMemory> workspaces;  // per device
+  std::map<std::pair<int, int>, SymmetricMemory> workspaces;  // per device {type, index}
 };
 
 using StateMap =
@@ -70,17 +70,21 @@ std::shared_ptr<GroupState> group_state(const Group& group) {
   {
     std::lock_guard<std::mutex> lock(state_mutex());
     auto& map = states();
-    for (auto it = map.begin(); it != map.end();) {
-      if (it->first.expired()) {
-        dead.push_back(std::move(it->second));
-        it = map.erase(it);
-      } else {
-        ++it;
-      }
-    }
     std::weak_ptr<Group::Impl> key = group.impl();
     auto it = map.find(key);
-    if (it == map.end()) it = map.emplace(key, std::make_shared<GroupState>()).first;
+    if (it == map.end()) {
+      // A new group: the states of groups that are gone go now (not on every lookup: ops ask
+      // for their group's state on every call).
+      for (auto e = map.begin(); e != map.end();) {
+        if (e->first.expired()) {
+          dead.push_back(std::move(e->second));
+          e = map.erase(e);
+        } else {
+          ++e;
+        }
+      }
+      it = map.emplace(key, std::make_shared<GroupState>()).first;
+    }
     out = it->second;
   }
   return out;
@@ -706,6 +710,27 @@ SymmetricMemory find_symmetric_any(const void* p) {
   return SymmetricMemory(std::move(v));
 }
 
+SymmetricMemory narrow_to(const SymmetricMemory& whole, const void* p, size_t bytes) {
+  const auto& w = whole.impl();
+  if (!w || p == nullptr) return {};
+  const auto* a = w->alloc.get();
+  if (a->freed.load() || !a->mem) return {};
+  const auto base = reinterpret_cast<uintptr_t>(a->mem->ptr(a->rank));
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  if (base == 0 || addr < base) return {};
+  const size_t off = addr - base;
+  if (off >= a->bytes || std::max<size_t>(bytes, 1) > a->bytes - off) return {};
+  auto v = std::make_shared<SymmetricMemory::Impl>();
+  v->alloc = w->alloc;
+  v->offset = off;
+  v->length = bytes;
+  return SymmetricMemory(std::move(v));
+}
+
+std::shared_ptr<Backend> backend_of(const SymmetricMemory& buf) {
+  return buf.impl() ? buf.impl()->alloc->backend : nullptr;
+}
+
 void check_usable(const SymmetricMemory& buf, std::string_view op, std::string_view arg) {
   usable(buf.impl(), op, arg);
 }
@@ -739,7 +764,7 @@ SymmetricMemory group_workspace(const Group& group, Device device, size_t bytes)
   SYMMEM_CHECK_ARG(op, group.rank(), bytes > 0, "bytes", "= 0");
   auto state = group_state(group);
   std::lock_guard<std::mutex> lock(state->workspace_mu);
-  auto& ws = state->workspaces[to_string(device)];
+  auto& ws = state->workspaces[{static_cast<int>(device.type), device.index}];
   if (ws.valid() && !ws.impl()->alloc->freed.load() && ws.size() >= bytes) return ws;
   size_t old = ws.valid() ? ws.size() : 0;
   size_t want = std::max(bytes, 2 * old);

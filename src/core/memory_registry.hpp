@@ -8,6 +8,7 @@
 // of the op's group.
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -18,6 +19,8 @@
 
 namespace symmem {
 
+class Backend;
+
 // A view of [p, p + bytes) when that range lies inside one live symmetric allocation of `group`
 // (the same Group, or a copy of it), else an invalid handle. bytes == 0 is treated as 1.
 SYMMEM_API SymmetricMemory find_symmetric(const Group& group, const void* p, size_t bytes);
@@ -25,6 +28,14 @@ SYMMEM_API SymmetricMemory find_symmetric(const Group& group, const void* p, siz
 // The whole allocation (of any group) whose local buffer contains `p`, or an invalid handle.
 // For error messages ("this buffer belongs to group X").
 SYMMEM_API SymmetricMemory find_symmetric_any(const void* p);
+
+// The view [p, p + bytes) of `whole` (a handle from find_symmetric_any(p)), or an invalid handle
+// when the range runs past the allocation's end: find_symmetric without a second lookup.
+SYMMEM_API SymmetricMemory narrow_to(const SymmetricMemory& whole, const void* p, size_t bytes);
+
+// The backend object serving `buf`'s allocation (no registry lookup by name); null when `buf`
+// is empty.
+SYMMEM_API std::shared_ptr<Backend> backend_of(const SymmetricMemory& buf);
 
 // Throws InvalidArgument "<op>: rank R: argument '<arg>' ..." when `buf` is empty or freed
 // (naming the freed allocation). Ops call it on every SymmetricMemory argument.

@@ -27,6 +27,7 @@
 
 #include "core/check.hpp"
 #include "core/group_impl.hpp"
+#include "core/memory_impl.hpp"
 #include "core/memory_registry.hpp"
 #include "core/pad_sync.hpp"
 #include "core/registry.hpp"
@@ -91,39 +92,27 @@ struct BufInfo {
   SymmetricMemory sym;  // view covering the range when it lies in symmetric memory of the group
 };
 
-// Checks a buffer argument: null, alignment, ownership (another group, out of range).
-BufInfo check_buffer(const char* op, int rank, const Group& group, const char* arg, const void* p,
-                     size_t bytes, size_t align, bool required) {
-  BufInfo info;
-  if (p == nullptr) {
-    if (bytes > 0 && required)
-      fail_arg(op, rank, arg, "is null (" + std::to_string(bytes) + " bytes expected)");
-    return info;
+// The allocation (of any group) holding a buffer argument, looked up once per call and pointer
+// (send and recv, and the preliminary device, ask for the same pointers).
+class Holders {
+ public:
+  const SymmetricMemory& of(const void* p) {
+    for (int i = 0; i < n_; ++i)
+      if (p_[i] == p) return sym_[i];
+    SymmetricMemory found = find_symmetric_any(p);
+    if (n_ == kSlots) return last_ = std::move(found);
+    p_[n_] = p;
+    sym_[n_] = std::move(found);
+    return sym_[n_++];
   }
-  if (align > 1 && reinterpret_cast<uintptr_t>(p) % align != 0) {
-    std::ostringstream os;
-    os << "= " << p << " is not aligned to " << align << " bytes (the element size)";
-    fail_arg(op, rank, arg, os.str());
-  }
-  SymmetricMemory any = find_symmetric_any(p);
-  if (!any.valid()) return info;  // ordinary memory
-  if (any.group().name() != group.name()) {
-    fail_arg(op, rank, arg,
-             "lies in " + describe(any) + ", which belongs to group '" + any.group().name() +
-                 "', not to this op's group '" + group.name() + "'");
-  }
-  info.sym = find_symmetric(group, p, bytes);
-  if (!info.sym.valid()) {
-    size_t off = static_cast<size_t>(static_cast<const char*>(p) -
-                                     static_cast<const char*>(any.ptr(any.rank())));
-    fail_arg(op, rank, arg,
-             "range of " + std::to_string(bytes) + " bytes at offset " + std::to_string(off) +
-                 " of " + describe(any) + " runs past its end (" +
-                 std::to_string(any.size() - std::min(off, any.size())) +
-                 " bytes left): the count is too large for this buffer");
-  }
-  return info;
-}
+
+ private:
+  static constexpr int kSlots = 2;
+  const void* p_[kSlots] = {};
+  SymmetricMemory sym_[kSlots];
+  SymmetricMemory last_;
+  int n_ = 0;
+};
 
 bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
   if (!a || !b || an == 0 || bn == 0) return false;
@@ -185,7 +174,44 @@ struct Call {
   Device device;
   std::shared_ptr<Backend> backend;
   Millis timeout{0};
+  Holders holders;
 };
+
+// Checks a buffer argument: null, alignment, ownership (another group, out of range).
+BufInfo check_buffer(Call& c, const char* arg, const void* p, size_t bytes, size_t align,
+                     bool required) {
+  const char* op = c.op;
+  const int rank = c.rank;
+  BufInfo info;
+  if (p == nullptr) {
+    if (bytes > 0 && required)
+      fail_arg(op, rank, arg, "is null (" + std::to_string(bytes) + " bytes expected)");
+    return info;
+  }
+  if (align > 1 && reinterpret_cast<uintptr_t>(p) % align != 0) {
+    std::ostringstream os;
+    os << "= " << p << " is not aligned to " << align << " bytes (the element size)";
+    fail_arg(op, rank, arg, os.str());
+  }
+  const SymmetricMemory& any = c.holders.of(p);
+  if (!any.valid()) return info;  // ordinary memory
+  if (any.impl()->alloc->group_key != c.group->impl().get()) {
+    fail_arg(op, rank, arg,
+             "lies in " + describe(any) + ", which belongs to group '" + any.group().name() +
+                 "', not to this op's group '" + c.group->name() + "'");
+  }
+  info.sym = narrow_to(any, p, bytes);
+  if (!info.sym.valid()) {
+    size_t off = static_cast<size_t>(static_cast<const char*>(p) -
+                                     static_cast<const char*>(any.ptr(any.rank())));
+    fail_arg(op, rank, arg,
+             "range of " + std::to_string(bytes) + " bytes at offset " + std::to_string(off) +
+                 " of " + describe(any) + " runs past its end (" +
+                 std::to_string(any.size() - std::min(off, any.size())) +
+                 " bytes left): the count is too large for this buffer");
+  }
+  return info;
+}
 
 // The loadable backends whose rules (NOTE [op table]) hold (kind, dtype, device type).
 std::string backends_supporting(OpKind kind, DType dtype, DeviceType device) {
@@ -230,17 +256,20 @@ void resolve_backend_for(Call& c, const std::optional<Device>& requested) {
   }
   if (c.device.type != DeviceType::cpu && c.device.type != DeviceType::cuda)
     fail_arg(c.op, c.rank, "device", "has an unknown type");
+  // A symmetric buffer on the op's device names its backend object (no lookup by name).
   std::string name;
   if (c.send_sym.valid() && c.send_sym.device() == c.device) {
-    name = c.send_sym.backend();
+    c.backend = backend_of(c.send_sym);
   } else if (c.recv_sym.valid() && c.recv_sym.device() == c.device) {
-    name = c.recv_sym.backend();
+    c.backend = backend_of(c.recv_sym);
   } else {
     name = detail::backend_for(*c.group, c.device);  // NOTE [CPU buffers of a GPU backend]
+    c.backend = get_backend(name);
   }
-  c.backend = get_backend(name);
-  if (!c.backend->supports(c.kind, c.dtype, c.device.type))
-    fail(ErrorCode::Unsupported, c.op, c.rank, unsupported(name, c.info, c.dtype, c.device));
+  if (!c.backend->supports(c.kind, c.dtype, c.device.type)) {
+    fail(ErrorCode::Unsupported, c.op, c.rank,
+         unsupported(name.empty() ? c.backend->name() : name, c.info, c.dtype, c.device));
+  }
 }
 
 OpArgs make_args(const Call& c, const OpOptions& o) {
@@ -264,9 +293,11 @@ OpArgs make_args(const Call& c, const OpOptions& o) {
   a.timeout = c.timeout;
   a.send_sym = c.send_sym;
   a.recv_sym = c.recv_sym;
-  Group group = *c.group;
-  Device device = c.device;
-  a.workspace = [group, device](size_t bytes) { return group_workspace(group, device, bytes); };
+  // The op's group outlives the backend's run (the caller holds it); two words keep the
+  // std::function free of a heap allocation.
+  const Group* group = c.group;
+  const Device device = c.device;
+  a.workspace = [group, device](size_t bytes) { return group_workspace(*group, device, bytes); };
   return a;
 }
 
@@ -483,8 +514,12 @@ void check_collective(Call& c) {
     case op_table::InPlace::no:
       break;
   }
-  c.send_sym = check_buffer(c.op, c.rank, *c.group, "send", c.send, send_bytes, es, true).sym;
-  c.recv_sym = check_buffer(c.op, c.rank, *c.group, "recv", c.recv, recv_bytes, es, true).sym;
+  c.send_sym = check_buffer(c, "send", c.send, send_bytes, es, true).sym;
+  if (c.recv == c.send && recv_bytes == send_bytes) {
+    c.recv_sym = c.send_sym;  // the same range: the same view (and the same checks)
+  } else {
+    c.recv_sym = check_buffer(c, "recv", c.recv, recv_bytes, es, true).sym;
+  }
   if (!in_place && overlaps(c.send, send_bytes, c.recv, recv_bytes)) {
     fail_arg(c.op, c.rank, "recv",
              "overlaps 'send' without being the in-place form of this op (see ops.hpp)");
@@ -502,7 +537,7 @@ void run_collective(Call& c, const OpOptions& o, Check&& check) {
   if (o.device) {
     c.device = *o.device;
   } else {
-    SymmetricMemory any = find_symmetric_any(c.send ? c.send : c.recv);
+    const SymmetricMemory& any = c.holders.of(c.send ? c.send : c.recv);
     c.device = any.valid() ? any.device() : Device::cpu();
   }
   LocalError err;
@@ -637,8 +672,8 @@ void all_to_all_v(const void* send, const int64_t* send_counts, void* recv, int6
       // Counts live in device memory: the backend checks them on the device.
       size_t es = dtype_size(c.dtype);
       size_t cap = checked_bytes(c.op, c.rank, "recv_capacity", c.recv_capacity, es);
-      c.recv_sym = check_buffer(c.op, c.rank, *c.group, "recv", c.recv, cap, es, true).sym;
-      c.send_sym = check_buffer(c.op, c.rank, *c.group, "send", c.send, 0, es, false).sym;
+      c.recv_sym = check_buffer(c, "recv", c.recv, cap, es, true).sym;
+      c.send_sym = check_buffer(c, "send", c.send, 0, es, false).sym;
       return;
     }
     if (overlaps(c.send_counts, 8 * c.world, c.recv_counts, 8 * c.world) ||
@@ -669,8 +704,8 @@ void all_to_all_v(const void* send, const int64_t* send_counts, void* recv, int6
                      std::to_string(want) + ")");
     }
     size_t recv_bytes = checked_bytes(c.op, c.rank, "recv_capacity", cap, es);
-    c.send_sym = check_buffer(c.op, c.rank, *c.group, "send", c.send, send_bytes, es, true).sym;
-    c.recv_sym = check_buffer(c.op, c.rank, *c.group, "recv", c.recv, recv_bytes, es, true).sym;
+    c.send_sym = check_buffer(c, "send", c.send, send_bytes, es, true).sym;
+    c.recv_sym = check_buffer(c, "recv", c.recv, recv_bytes, es, true).sym;
     if (overlaps(c.send, send_bytes, c.recv, recv_bytes))
       fail_arg(c.op, c.rank, "recv",
                "overlaps 'send' without being the in-place form of this op (see ops.hpp)");
@@ -694,9 +729,9 @@ void broadcast(const void* send, void* recv, size_t count, DType dtype, int root
           "= " + std::to_string(c.root) + " is out of range [0, " + std::to_string(c.world) + ")");
     size_t bytes = checked_bytes(c.op, c.rank, "count", c.count, dtype_size(c.dtype));
     size_t es = dtype_size(c.dtype);
-    c.recv_sym = check_buffer(c.op, c.rank, *c.group, "recv", c.recv, bytes, es, true).sym;
+    c.recv_sym = check_buffer(c, "recv", c.recv, bytes, es, true).sym;
     if (c.rank == c.root) {
-      c.send_sym = check_buffer(c.op, c.rank, *c.group, "send", c.send, bytes, es, true).sym;
+      c.send_sym = check_buffer(c, "send", c.send, bytes, es, true).sym;
       if (overlaps(c.send, bytes, c.recv, bytes) && c.send != c.recv)
         fail_arg(c.op, c.rank, "recv", "overlaps 'send' partially");
     } else {
