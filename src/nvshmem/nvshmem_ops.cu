@@ -535,16 +535,14 @@ void NvshmemBackend::run_team_collective(const OpArgs& a) {
                                                     reinterpret_cast<const T*>(src), n_in, stream)
     // Integer sums through the unsigned type: NVSHMEM's signed sum would overflow; the unsigned
     // one wraps, which is the two's-complement result the other backends give.
-#define SYMMEM_NV_REDUCE_INT(NAME, UNAME, T, U)                                                   \
-  status = sum ? nvshmemx_##UNAME##_sum_reduce_on_stream(team, reinterpret_cast<U*>(dst),        \
-                                                         reinterpret_cast<const U*>(src), n_in,  \
-                                                         stream)                                 \
-               : mx ? nvshmemx_##NAME##_max_reduce_on_stream(team, reinterpret_cast<T*>(dst),    \
-                                                             reinterpret_cast<const T*>(src),    \
-                                                             n_in, stream)                       \
-                    : nvshmemx_##NAME##_min_reduce_on_stream(team, reinterpret_cast<T*>(dst),    \
-                                                             reinterpret_cast<const T*>(src),    \
-                                                             n_in, stream)
+#define SYMMEM_NV_REDUCE_INT(NAME, UNAME, T, U)                                                     \
+  status =                                                                                          \
+      sum  ? nvshmemx_##UNAME##_sum_reduce_on_stream(team, reinterpret_cast<U*>(dst),               \
+                                                     reinterpret_cast<const U*>(src), n_in, stream) \
+      : mx ? nvshmemx_##NAME##_max_reduce_on_stream(team, reinterpret_cast<T*>(dst),                \
+                                                    reinterpret_cast<const T*>(src), n_in, stream)  \
+           : nvshmemx_##NAME##_min_reduce_on_stream(team, reinterpret_cast<T*>(dst),                \
+                                                    reinterpret_cast<const T*>(src), n_in, stream)
     switch (a.dtype) {
       case DType::f32:
         SYMMEM_NV_REDUCE(float, float);

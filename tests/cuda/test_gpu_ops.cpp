@@ -547,27 +547,27 @@ TEST(GpuOps, Broadcast) {
   const Group& g = g_group;
   uint32_t seed = 5000;
   for (DType t : gpu_dtypes()) {
-  for (int root = 0; root < g.world_size(); ++root) {
-    for (size_t count : {size_t{1}, size_t{999}, size_t{300001}}) {
-      SCOPED_TRACE(std::string("broadcast ") + to_string(t) + " root " + std::to_string(root) +
-                   " count " + std::to_string(count));
-      const size_t es = dtype_size(t);
-      const size_t bytes = count * es;
-      Stream s;
-      const auto want = make_input(t, root, count, seed++);
-      DevBuf recv(bytes, es);
-      if (g.rank() == root) {
-        DevBuf send(bytes, 3 * es);
-        upload(send.get(), want);
-        broadcast(send.get(), recv.get(), count, t, root, g, opts(s.get()));
-        s.sync();
-      } else {
-        broadcast(nullptr, recv.get(), count, t, root, g, opts(s.get()));
-        s.sync();
+    for (int root = 0; root < g.world_size(); ++root) {
+      for (size_t count : {size_t{1}, size_t{999}, size_t{300001}}) {
+        SCOPED_TRACE(std::string("broadcast ") + to_string(t) + " root " + std::to_string(root) +
+                     " count " + std::to_string(count));
+        const size_t es = dtype_size(t);
+        const size_t bytes = count * es;
+        Stream s;
+        const auto want = make_input(t, root, count, seed++);
+        DevBuf recv(bytes, es);
+        if (g.rank() == root) {
+          DevBuf send(bytes, 3 * es);
+          upload(send.get(), want);
+          broadcast(send.get(), recv.get(), count, t, root, g, opts(s.get()));
+          s.sync();
+        } else {
+          broadcast(nullptr, recv.get(), count, t, root, g, opts(s.get()));
+          s.sync();
+        }
+        EXPECT_BYTES_EQ(download(recv.get(), bytes), want, es, "result");
       }
-      EXPECT_BYTES_EQ(download(recv.get(), bytes), want, es, "result");
     }
-  }
   }
 }
 

@@ -1,10 +1,10 @@
 // Barrier-based reductions over peer pointers: two-shot and one-shot all_reduce, reduce_scatter.
 //
 // NOTE [reduce kernels]
-// Work is split in 16-byte units (2 f64/i64, 4 f32/i32, 8 f16/bf16, 16 fp8); every rank's `in` is 16-byte aligned at
-// the same offset, so unit u is one vector load from each rank. Block b of every rank handles
-// the same share of units in every phase, so a pairwise block barrier (block b with block b of
-// every peer) is all the synchronisation needed:
+// Work is split in 16-byte units (2 f64/i64, 4 f32/i32, 8 f16/bf16, 16 fp8); every rank's `in` is
+// 16-byte aligned at the same offset, so unit u is one vector load from each rank. Block b of every
+// rank handles the same share of units in every phase, so a pairwise block barrier (block b with
+// block b of every peer) is all the synchronisation needed:
 //   two_shot:  [copy own input share into in[rank]] B1 | reduce share b of shard `rank` (units
 //              split evenly over ranks) from every in[p], push the result to every out[p] | B2 |
 //              [copy share b of every shard of out[rank] to recv]
