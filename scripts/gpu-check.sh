@@ -226,6 +226,18 @@ if [ -n "$SYMMEM_RUN" ] && [ -n "$SYMMEM_BENCH" ]; then
        -b 1 -e 4194304 -f 8 --json '$OUT/bench_cuda_fp8_e4m3.jsonl' &&
      '$SYMMEM_RUN' -n 4 -- '$SYMMEM_BENCH' --backend cuda --op all_reduce --dtype float8_e5m2 \
        --redop avg -b 1 -e 4194304 -f 8 --json '$OUT/bench_cuda_fp8_e5m2.jsonl'"
+  # i32, i64, f64 on the cuda kernels: every op checked exactly, odd element counts (sizes 24 B
+  # x 7^k: partial 8- and 16-byte units), LL and barrier paths; plus f64 avg and i64 max.
+  STEP_DETAIL="--op all, i32 i64 f64 (odd counts) + f64 avg + i64 max, 2 ranks, 24 B..2.7 MiB" \
+    run_step bench_cuda_int_f64 90 env SYMMEM_ALLOW_SHARED_GPU=1 SYMMEM_TIMEOUT_MS=30000 bash -c \
+    "for dt in i32 i64 f64; do
+       '$SYMMEM_RUN' -n 2 -- '$SYMMEM_BENCH' --backend cuda --op all --dtype \$dt -b 24 -e 4194304 \
+         -f 7 -n 5 -w 1 --json '$OUT/bench_cuda_'\$dt'.jsonl' || exit 1
+     done &&
+     '$SYMMEM_RUN' -n 2 -- '$SYMMEM_BENCH' --backend cuda --op all_reduce --dtype f64 --redop avg \
+       -b 24 -e 4194304 -f 7 -n 5 -w 1 --json '$OUT/bench_cuda_f64_avg.jsonl' &&
+     '$SYMMEM_RUN' -n 2 -- '$SYMMEM_BENCH' --backend cuda --op all_reduce --dtype i64 --redop max \
+       -b 24 -e 4194304 -f 7 -n 5 -w 1 --json '$OUT/bench_cuda_i64_max.jsonl'"
   # The other GPU backends, every op (issues 8 and 9). NCCL refuses two ranks on one GPU, so
   # its multi-rank run needs several GPUs; NVSHMEM PEs share the GPU in full MPG mode (MPS with
   # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE summing to <= 100 over the PEs, GPU.md).

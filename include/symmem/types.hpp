@@ -38,16 +38,18 @@ using Stream = void*;
 //   nccl    ncclDataType_t enumerator suffix (ncclFloat32, ...), expanded only by the nccl plugin
 //   name    the canonical long name (torch's and numpy's, and DLPack consumers')
 //   alias1, alias2  further accepted names ("" when none)
-// Reductions of every float type accumulate in f32 (f64 in f64) and round once at the end.
+// Reductions of every float type accumulate in f32 (f64 in f64) and round once at the end;
+// integer sums are exact and wrap (two's complement), integer avg is the wrapped sum divided by
+// the world size, truncated toward zero (C++ integer division), on every backend.
 // clang-format off
 #define SYMMEM_DTYPES(X)                                                                      \
   /* id     value size dl  kind gpu nccl        name             alias1     alias2  */        \
   X(f32,    0,    4,   2,  F,   1,  Float32,    "float32",       "float",   "")               \
-  X(f64,    1,    8,   2,  F,   0,  Float64,    "float64",       "double",  "")               \
+  X(f64,    1,    8,   2,  F,   1,  Float64,    "float64",       "double",  "")               \
   X(f16,    2,    2,   2,  F,   1,  Float16,    "float16",       "half",    "")               \
   X(bf16,   3,    2,   4,  F,   1,  Bfloat16,   "bfloat16",      "",        "")               \
-  X(i32,    4,    4,   0,  I,   0,  Int32,      "int32",         "int",     "")               \
-  X(i64,    5,    8,   0,  I,   0,  Int64,      "int64",         "long",    "")               \
+  X(i32,    4,    4,   0,  I,   1,  Int32,      "int32",         "int",     "")               \
+  X(i64,    5,    8,   0,  I,   1,  Int64,      "int64",         "long",    "")               \
   X(f8e4m3, 6,    1,   10, F,   1,  Float8e4m3, "float8_e4m3fn", "e4m3",    "fp8_e4m3")       \
   X(f8e5m2, 7,    1,   12, F,   1,  Float8e5m2, "float8_e5m2",   "e5m2",    "fp8_e5m2")
 // clang-format on

@@ -29,7 +29,8 @@ constexpr OpSet kOps =
 }  // namespace
 
 // These ops, for the cuda kernels' dtypes (NOTE [dtype table]), on GPU memory. NVSHMEM's own
-// team reductions, used when a peer is not directly reachable, have no fp8 and say so when asked.
+// team reductions, used when a peer is not directly reachable, have no fp8 and say so when asked
+// (they have f32, f64, f16, bf16, i32 and i64).
 NvshmemBackend::NvshmemBackend()
     : Backend({{kOps, DTypeSet::gpu_reducible(), DeviceTypeSet::of(DeviceType::cuda)}}) {}
 

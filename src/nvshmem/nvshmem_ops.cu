@@ -224,6 +224,16 @@ __global__ void scale_kernel(T* data, size_t n, float factor) {
   }
 }
 
+// avg of f64 and the integer types: the sum divided by the world size, as the host and the cuda
+// kernels do it (IEEE division; integer division truncates toward zero).
+template <class T>
+__global__ void divide_kernel(T* data, size_t n, int world) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    data[i] = data[i] / static_cast<T>(world);
+  }
+}
+
 unsigned grid_for(size_t bytes, unsigned max_blocks = 32) {
   size_t g = (bytes + kChunk - 1) / kChunk;
   return static_cast<unsigned>(std::clamp<size_t>(g, 1, max_blocks));
@@ -523,9 +533,22 @@ void NvshmemBackend::run_team_collective(const OpArgs& a) {
                                                     reinterpret_cast<const T*>(src), n_in, stream) \
            : nvshmemx_##NAME##_min_reduce_on_stream(team, reinterpret_cast<T*>(dst),               \
                                                     reinterpret_cast<const T*>(src), n_in, stream)
+    // Integer sums through the unsigned type: NVSHMEM's signed sum would overflow; the unsigned
+    // one wraps, which is the two's-complement result the other backends give.
+#define SYMMEM_NV_REDUCE_INT(NAME, UNAME, T, U)                                                     \
+  status =                                                                                          \
+      sum  ? nvshmemx_##UNAME##_sum_reduce_on_stream(team, reinterpret_cast<U*>(dst),               \
+                                                     reinterpret_cast<const U*>(src), n_in, stream) \
+      : mx ? nvshmemx_##NAME##_max_reduce_on_stream(team, reinterpret_cast<T*>(dst),                \
+                                                    reinterpret_cast<const T*>(src), n_in, stream)  \
+           : nvshmemx_##NAME##_min_reduce_on_stream(team, reinterpret_cast<T*>(dst),                \
+                                                    reinterpret_cast<const T*>(src), n_in, stream)
     switch (a.dtype) {
       case DType::f32:
         SYMMEM_NV_REDUCE(float, float);
+        break;
+      case DType::f64:
+        SYMMEM_NV_REDUCE(double, double);
         break;
       case DType::f16:
         SYMMEM_NV_REDUCE(half, half);
@@ -533,12 +556,19 @@ void NvshmemBackend::run_team_collective(const OpArgs& a) {
       case DType::bf16:
         SYMMEM_NV_REDUCE(bfloat16, __nv_bfloat16);
         break;
+      case DType::i32:
+        SYMMEM_NV_REDUCE_INT(int32, uint32, int32_t, uint32_t);
+        break;
+      case DType::i64:
+        SYMMEM_NV_REDUCE_INT(int64, uint64, int64_t, uint64_t);
+        break;
       default:
         throw_error(ErrorCode::Unsupported, op, rank,
                     std::string("nvshmem backend: ") + to_string(a.dtype) +
                         " reductions with a peer that is not directly reachable are not supported "
-                        "(NVSHMEM's team reductions have f32, f16 and bf16)");
+                        "(NVSHMEM's team reductions have f32, f64, f16, bf16, i32 and i64)");
     }
+#undef SYMMEM_NV_REDUCE_INT
 #undef SYMMEM_NV_REDUCE
     if (status == 0 && a.redop == ReduceOp::avg) {
       const float f = 1.0f / static_cast<float>(world);
@@ -550,6 +580,12 @@ void NvshmemBackend::run_team_collective(const OpArgs& a) {
       if (a.dtype == DType::bf16) {
         scale_kernel<<<g, 256, 0, stream>>>(reinterpret_cast<__nv_bfloat16*>(dst), n_in, f);
       }
+      if (a.dtype == DType::f64)
+        divide_kernel<<<g, 256, 0, stream>>>(reinterpret_cast<double*>(dst), n_in, world);
+      if (a.dtype == DType::i32)
+        divide_kernel<<<g, 256, 0, stream>>>(reinterpret_cast<int32_t*>(dst), n_in, world);
+      if (a.dtype == DType::i64)
+        divide_kernel<<<g, 256, 0, stream>>>(reinterpret_cast<int64_t*>(dst), n_in, world);
       check_launch(op, rank);
     }
   }

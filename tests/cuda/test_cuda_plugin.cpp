@@ -20,7 +20,11 @@ TEST(CudaPlugin, LoadsOrSaysWhy) {
     EXPECT_STREQ(b->name(), "cuda");
     EXPECT_TRUE(b->supports(OpKind::barrier, DType::f32, DeviceType::cuda));
     EXPECT_TRUE(b->supports(OpKind::all_reduce, DType::bf16, DeviceType::cuda));
-    EXPECT_FALSE(b->supports(OpKind::all_reduce, DType::f64, DeviceType::cuda));
+    // Every row of the dtype table has gpu = 1 (NOTE [dtype table]): i32, i64, f64 too.
+    for (DType t : {DType::f64, DType::i32, DType::i64, DType::f8e5m2}) {
+      EXPECT_TRUE(b->supports(OpKind::all_reduce, t, DeviceType::cuda)) << to_string(t);
+      EXPECT_TRUE(b->supports(OpKind::all_to_all_v, t, DeviceType::cuda)) << to_string(t);
+    }
     EXPECT_FALSE(b->supports(OpKind::all_reduce, DType::bf16, DeviceType::cpu));
     EXPECT_TRUE(b->supports(OpKind::put, DType::f64, DeviceType::cuda));  // bytes: no dtype
   } else {

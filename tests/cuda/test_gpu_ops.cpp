@@ -4,7 +4,8 @@
 //
 // Every rank can compute every rank's input (a hash of rank, index and a per-case seed), so each
 // checks its output against the host reference reduction (src/host/reduce.hpp: the same
-// fixed rank order and f32 accumulation) bit for bit, which also makes every rank's result
+// fixed rank order, f32 accumulation for f32 and the narrow floats, f64 for f64, wrapping
+// integer sums) bit for bit, which also makes every rank's result
 // identical; a few cases additionally compare the ranks' outputs with each other through
 // symmetric memory.
 
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -95,7 +97,8 @@ float value(int rank, size_t i, uint32_t seed) {
   return (static_cast<float>(h >> 8) / 16777216.0f) * 4.0f - 2.0f;
 }
 
-// Every dtype the cuda kernels serve (NOTE [dtype table]): f32, f16, bf16 and the fp8 types.
+// Every dtype the cuda kernels serve (NOTE [dtype table]): every row with gpu = 1 (all of them:
+// f32, f64, f16, bf16, i32, i64 and the fp8 types).
 std::vector<DType> gpu_dtypes() {
   std::vector<DType> v;
   for (size_t i = 0; i < dtype_table_size(); ++i)
@@ -103,7 +106,34 @@ std::vector<DType> gpu_dtypes() {
   return v;
 }
 
+// Input element i of `rank` for i32/i64 (every bit pattern: sums of a few ranks overflow and wrap,
+// min/max see values that differ in the high or only in the low 32 bits) and f64 (53-bit
+// mantissas in [-2, 2): its sums differ from an f32 accumulation's).
+uint64_t bits64(int rank, size_t i, uint32_t seed) {
+  const uint32_t lo = mix(static_cast<uint32_t>(i) * 2654435761u ^ mix(seed * 97u + rank));
+  uint32_t hi = mix(lo ^ 0x9e3779b9u);
+  // Every 4th element shares its high word across ranks: min/max must then look at the low word.
+  if (i % 4 == 1) hi = mix(static_cast<uint32_t>(i) ^ seed);
+  return (static_cast<uint64_t>(hi) << 32) | lo;
+}
+
 std::vector<char> make_input(DType t, int rank, size_t count, uint32_t seed, size_t first = 0) {
+  if (t == DType::i32 || t == DType::i64 || t == DType::f64) {
+    std::vector<char> out(count * dtype_size(t));
+    for (size_t i = 0; i < count; ++i) {
+      const uint64_t b = bits64(rank, first + i, seed);
+      if (t == DType::i32) {
+        const uint32_t v = static_cast<uint32_t>(b >> 16);  // mixes the high and low hash words
+        std::memcpy(out.data() + 4 * i, &v, 4);
+      } else if (t == DType::i64) {
+        std::memcpy(out.data() + 8 * i, &b, 8);
+      } else {
+        const double d = static_cast<double>(b >> 11) / 9007199254740992.0 * 4.0 - 2.0;
+        std::memcpy(out.data() + 8 * i, &d, 8);
+      }
+    }
+    return out;
+  }
   std::vector<float> f(count);
   for (size_t i = 0; i < count; ++i) f[i] = value(rank, first + i, seed);
   std::vector<char> out(count * dtype_size(t));
@@ -142,11 +172,11 @@ void upload(void* d, const std::vector<char>& h) {
 std::string first_diff(const std::vector<char>& got, const std::vector<char>& want, size_t es) {
   for (size_t i = 0; i < want.size() && i < got.size(); i += es) {
     if (std::memcmp(got.data() + i, want.data() + i, es) != 0) {
-      uint32_t g = 0, w = 0;
-      std::memcpy(&g, got.data() + i, es);
-      std::memcpy(&w, want.data() + i, es);
+      unsigned long long g = 0, w = 0;  // es <= 8
+      std::memcpy(&g, got.data() + i, std::min<size_t>(es, 8));
+      std::memcpy(&w, want.data() + i, std::min<size_t>(es, 8));
       char buf[128];
-      std::snprintf(buf, sizeof(buf), "element %zu: got 0x%x, want 0x%x", i / es, g, w);
+      std::snprintf(buf, sizeof(buf), "element %zu: got 0x%llx, want 0x%llx", i / es, g, w);
       return buf;
     }
   }
@@ -265,11 +295,98 @@ TEST(GpuOps, AllReduceEveryReduction) {
   }
 }
 
+// Independent of the host reference: integer sums wrap (two's complement), integer avg is the
+// wrapped sum divided by the world size truncating toward zero, f64 accumulates in f64.
+template <class T>
+std::vector<char> as_bytes(const std::vector<T>& v) {
+  std::vector<char> b(v.size() * sizeof(T));
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+std::vector<char> all_reduce_ordinary(const Group& g, DType t, ReduceOp op, Algo algo,
+                                      const std::vector<char>& mine, size_t count) {
+  Stream s;
+  DevBuf send(mine.size()), recv(mine.size(), dtype_size(t));
+  upload(send.get(), mine);
+  all_reduce(send.get(), recv.get(), count, t, op, g, opts(s.get(), algo));
+  s.sync();
+  return download(recv.get(), mine.size());
+}
+
+TEST(GpuOps, IntegerSumsWrapAndF64AccumulatesInF64) {
+  const Group& g = g_group;
+  const int n = g.world_size(), r = g.rank();
+  // 13: LL (odd count: a partial 8-byte unit for i32); 70001: LL or barrier one-shot, two-shot;
+  // 600003: past the LL capacity (odd: the partial last 16-byte unit of the barrier kernels).
+  for (size_t count : {size_t{13}, size_t{70001}, size_t{600003}}) {
+    for (Algo algo : {Algo::automatic, Algo::one_shot, Algo::two_shot}) {
+      SCOPED_TRACE("count " + std::to_string(count) + " " + name(algo));
+      // i64: near INT64_MAX / INT64_MIN, so the sum of two ranks overflows.
+      std::vector<int64_t> a64(count), s64(count), v64(count), mn64(count);
+      std::vector<int32_t> a32(count), s32(count), v32(count), mx32(count);
+      std::vector<double> ad(count), sd(count);
+      auto i64_of = [](int q, size_t i) -> int64_t {
+        const uint64_t base = (i % 2) ? 0x7ffffffffffff000ull : 0x8000000000000100ull;
+        return static_cast<int64_t>(base + (i % 1000) * 3 + static_cast<uint64_t>(q) * 7);
+      };
+      auto i32_of = [](int q, size_t i) -> int32_t {
+        const uint32_t base = (i % 3) ? 0x7ffff000u : 0x80000100u;
+        return static_cast<int32_t>(base + static_cast<uint32_t>(i % 777) * 5 + q * 11u);
+      };
+      // f64: 1 + i * 2^-40 + q * 2^-45, whose sums need more than f32's 24 bits.
+      auto f64_of = [](int q, size_t i) {
+        return 1.0 + std::ldexp(static_cast<double>(i % 4096), -40) +
+               std::ldexp(static_cast<double>(q + 1), -45);
+      };
+      for (size_t i = 0; i < count; ++i) {
+        a64[i] = i64_of(r, i);
+        a32[i] = i32_of(r, i);
+        ad[i] = f64_of(r, i);
+        uint64_t u64 = 0;
+        uint32_t u32 = 0;
+        double d = 0;
+        mn64[i] = i64_of(0, i);
+        mx32[i] = i32_of(0, i);
+        for (int q = 0; q < n; ++q) {
+          u64 += static_cast<uint64_t>(i64_of(q, i));
+          u32 += static_cast<uint32_t>(i32_of(q, i));
+          d = q == 0 ? f64_of(q, i) : d + f64_of(q, i);
+          mn64[i] = std::min(mn64[i], i64_of(q, i));
+          mx32[i] = std::max(mx32[i], i32_of(q, i));
+        }
+        s64[i] = static_cast<int64_t>(u64);
+        s32[i] = static_cast<int32_t>(u32);
+        v64[i] = s64[i] / n;  // truncates toward zero
+        v32[i] = s32[i] / n;
+        sd[i] = d;
+      }
+      EXPECT_BYTES_EQ(all_reduce_ordinary(g, DType::i64, ReduceOp::sum, algo, as_bytes(a64), count),
+                      as_bytes(s64), 8, "i64 sum");
+      EXPECT_BYTES_EQ(all_reduce_ordinary(g, DType::i64, ReduceOp::avg, algo, as_bytes(a64), count),
+                      as_bytes(v64), 8, "i64 avg");
+      EXPECT_BYTES_EQ(all_reduce_ordinary(g, DType::i64, ReduceOp::min, algo, as_bytes(a64), count),
+                      as_bytes(mn64), 8, "i64 min");
+      EXPECT_BYTES_EQ(all_reduce_ordinary(g, DType::i32, ReduceOp::sum, algo, as_bytes(a32), count),
+                      as_bytes(s32), 4, "i32 sum");
+      EXPECT_BYTES_EQ(all_reduce_ordinary(g, DType::i32, ReduceOp::avg, algo, as_bytes(a32), count),
+                      as_bytes(v32), 4, "i32 avg");
+      EXPECT_BYTES_EQ(all_reduce_ordinary(g, DType::i32, ReduceOp::max, algo, as_bytes(a32), count),
+                      as_bytes(mx32), 4, "i32 max");
+      EXPECT_BYTES_EQ(all_reduce_ordinary(g, DType::f64, ReduceOp::sum, algo, as_bytes(ad), count),
+                      as_bytes(sd), 8, "f64 sum");
+    }
+  }
+}
+
 TEST(GpuOps, AllReduceBitwiseIdenticalAcrossRanksAndAlgorithms) {
   // The same inputs through LL, barrier one-shot and two-shot give the same bits everywhere.
   for (Algo a : {Algo::one_shot, Algo::two_shot}) {
     check_all_reduce(g_group, DType::bf16, ReduceOp::sum, a, 50001, Kind::ordinary, 77, true);
     check_all_reduce(g_group, DType::f32, ReduceOp::avg, a, 1 << 20, Kind::sym_in_place, 78, true);
+    check_all_reduce(g_group, DType::f64, ReduceOp::sum, a, 50001, Kind::ordinary, 79, true);
+    check_all_reduce(g_group, DType::i64, ReduceOp::sum, a, 300001, Kind::sym_in_place, 80, true);
+    check_all_reduce(g_group, DType::i32, ReduceOp::min, a, 70001, Kind::ordinary, 81, true);
   }
 }
 
@@ -288,7 +405,7 @@ TEST(GpuOps, AllReduceGenericWorldSize) {
   Group sub = g_group.split(ranks);
   uint32_t seed = 300;
   for (Algo a : {Algo::one_shot, Algo::two_shot}) {
-    for (DType t : {DType::f32, DType::bf16}) {
+    for (DType t : {DType::f32, DType::bf16, DType::f64, DType::i64, DType::i32}) {
       check_all_reduce(sub, t, ReduceOp::sum, a, 5, Kind::ordinary, seed++);
       check_all_reduce(sub, t, ReduceOp::max, a, 30011, Kind::sym_in_place, seed++);
       check_all_reduce(sub, t, ReduceOp::avg, a, 700001, Kind::ordinary_skewed, seed++);
@@ -379,7 +496,7 @@ void check_all_gather(DType t, size_t sc, int mode, uint32_t seed) {
 
 TEST(GpuOps, AllGather) {
   uint32_t seed = 3000;
-  for (DType t : {DType::f32, DType::bf16}) {
+  for (DType t : gpu_dtypes()) {
     for (size_t sc : {size_t{1}, size_t{3}, size_t{5000}, size_t{300001}}) {
       for (int mode = 0; mode < 3; ++mode) check_all_gather(t, sc, mode, seed++);
     }
@@ -418,7 +535,7 @@ void check_all_to_all(DType t, size_t c, bool sym_recv, uint32_t seed) {
 
 TEST(GpuOps, AllToAll) {
   uint32_t seed = 4000;
-  for (DType t : {DType::f16, DType::f32}) {
+  for (DType t : gpu_dtypes()) {
     for (size_t c : {size_t{1}, size_t{7}, size_t{5000}, size_t{150001}}) {
       check_all_to_all(t, c, false, seed++);
       check_all_to_all(t, c, true, seed++);
@@ -429,24 +546,27 @@ TEST(GpuOps, AllToAll) {
 TEST(GpuOps, Broadcast) {
   const Group& g = g_group;
   uint32_t seed = 5000;
-  for (int root = 0; root < g.world_size(); ++root) {
-    for (size_t count : {size_t{1}, size_t{999}, size_t{300001}}) {
-      SCOPED_TRACE("broadcast root " + std::to_string(root) + " count " + std::to_string(count));
-      const DType t = DType::bf16;
-      const size_t bytes = count * 2;
-      Stream s;
-      const auto want = make_input(t, root, count, seed++);
-      DevBuf recv(bytes, 2);
-      if (g.rank() == root) {
-        DevBuf send(bytes, 6);
-        upload(send.get(), want);
-        broadcast(send.get(), recv.get(), count, t, root, g, opts(s.get()));
-        s.sync();
-      } else {
-        broadcast(nullptr, recv.get(), count, t, root, g, opts(s.get()));
-        s.sync();
+  for (DType t : gpu_dtypes()) {
+    for (int root = 0; root < g.world_size(); ++root) {
+      for (size_t count : {size_t{1}, size_t{999}, size_t{300001}}) {
+        SCOPED_TRACE(std::string("broadcast ") + to_string(t) + " root " + std::to_string(root) +
+                     " count " + std::to_string(count));
+        const size_t es = dtype_size(t);
+        const size_t bytes = count * es;
+        Stream s;
+        const auto want = make_input(t, root, count, seed++);
+        DevBuf recv(bytes, es);
+        if (g.rank() == root) {
+          DevBuf send(bytes, 3 * es);
+          upload(send.get(), want);
+          broadcast(send.get(), recv.get(), count, t, root, g, opts(s.get()));
+          s.sync();
+        } else {
+          broadcast(nullptr, recv.get(), count, t, root, g, opts(s.get()));
+          s.sync();
+        }
+        EXPECT_BYTES_EQ(download(recv.get(), bytes), want, es, "result");
       }
-      EXPECT_BYTES_EQ(download(recv.get(), bytes), want, 2, "result");
     }
   }
 }
@@ -457,14 +577,13 @@ int64_t a2av_count(int from, int to, uint32_t seed) {
   return static_cast<int64_t>(mix(seed * 131u + from * 17u + to) % 3000) * (((from + to) % 3) != 0);
 }
 
-void check_all_to_all_v(bool known, bool sym_recv, uint32_t seed) {
+void check_all_to_all_v(DType t, bool known, bool sym_recv, uint32_t seed) {
   const Group& g = g_group;
-  SCOPED_TRACE(std::string("all_to_all_v") + (known ? " known" : " moe") +
+  SCOPED_TRACE(std::string("all_to_all_v ") + to_string(t) + (known ? " known" : " moe") +
                (sym_recv ? " symmetric recv" : ""));
   const int n = g.world_size();
   const int r = g.rank();
-  const DType t = DType::bf16;
-  const size_t es = 2;
+  const size_t es = dtype_size(t);
   Stream s;
   std::vector<int64_t> send_counts(n), want_counts(n), want_offsets(n);
   int64_t send_total = 0, recv_total = 0;
@@ -487,7 +606,7 @@ void check_all_to_all_v(bool known, bool sym_recv, uint32_t seed) {
     want.insert(want.end(), piece.begin(), piece.end());
   }
   const size_t capacity = static_cast<size_t>(3000) * n + 5;
-  DevBuf send(std::max<size_t>(send_total, 1) * es, 2);
+  DevBuf send(std::max<size_t>(send_total, 1) * es, es);
   if (send_total > 0) upload(send.get(), send_host);
   DevBuf counts(3 * n * sizeof(int64_t));
   auto* d_send_counts = reinterpret_cast<int64_t*>(counts.get());
@@ -512,7 +631,7 @@ void check_all_to_all_v(bool known, bool sym_recv, uint32_t seed) {
     s.sync();
     got = download(buf.ptr(r), recv_total * es);
   } else {
-    DevBuf recv(capacity * es, 4);
+    DevBuf recv(capacity * es, 2 * es);
     all_to_all_v(send.get(), d_send_counts, recv.get(), d_recv_counts, d_recv_offsets, capacity, t,
                  g, o);
     s.sync();
@@ -529,8 +648,10 @@ void check_all_to_all_v(bool known, bool sym_recv, uint32_t seed) {
 
 TEST(GpuOps, AllToAllV) {
   uint32_t seed = 6000;
-  for (bool known : {false, true}) {
-    for (bool sym : {false, true}) check_all_to_all_v(known, sym, seed++);
+  for (DType t : gpu_dtypes()) {
+    for (bool known : {false, true}) {
+      for (bool sym : {false, true}) check_all_to_all_v(t, known, sym, seed++);
+    }
   }
 }
 
@@ -718,11 +839,11 @@ TEST(GpuOps, BadInputs) {
   expect_error([&] { all_reduce(buf, 4096, DType::f32, ReduceOp::sum, opts(s.get())); },
                ErrorCode::InvalidArgument, {"count"});
   expect_error(
-      [&] { all_reduce(a.get(), b.get(), 16, DType::f64, ReduceOp::sum, g, opts(s.get())); },
-      ErrorCode::Unsupported, {"f64"});
-  expect_error(
       [&] { all_reduce(a.get() + 1, b.get(), 16, DType::bf16, ReduceOp::sum, g, opts(s.get())); },
       ErrorCode::InvalidArgument, {"send"});
+  expect_error(  // 8-byte elements: 4-byte aligned is not enough
+      [&] { all_reduce(a.get(), b.get() + 4, 16, DType::i64, ReduceOp::sum, g, opts(s.get())); },
+      ErrorCode::InvalidArgument, {"recv"});
   expect_error(
       [&] { broadcast(a.get(), b.get(), 16, DType::f32, g.world_size(), g, opts(s.get())); },
       ErrorCode::InvalidArgument, {"root"});

@@ -31,8 +31,13 @@ TEST_P(PluginLoads, LoadsAndDescribesItself) {
     EXPECT_TRUE(b->supports(op.kind, DType::f32, gpu)) << op.name;
     EXPECT_TRUE(b->supports(op.kind, DType::bf16, gpu)) << op.name;
     EXPECT_TRUE(b->supports(op.kind, DType::f8e4m3, gpu)) << op.name;
-    // f64 is not reduced by the cuda kernels; untyped ops (put/get/barrier) ignore the dtype.
-    EXPECT_EQ(b->supports(op.kind, DType::f64, gpu), !op.collective()) << op.name;
+    // Every dtype the cuda kernels serve (gpu = 1 in the dtype table), i32, i64 and f64 too.
+    for (size_t t = 0; t < dtype_table_size(); ++t) {
+      const DTypeInfo& row = dtype_table()[t];
+      EXPECT_EQ(b->supports(op.kind, row.dtype, gpu), row.gpu_reduce || !op.collective())
+          << op.name << " " << row.short_name;
+    }
+    EXPECT_TRUE(b->supports(op.kind, DType::i64, gpu)) << op.name;
     EXPECT_FALSE(b->supports(op.kind, DType::f32, DeviceType::cpu)) << op.name;
   }
   EXPECT_TRUE(b->serves(gpu));

@@ -190,9 +190,21 @@ double value(int r, size_t i, int n) {
   return a + (r == 0 ? -(n - 1) * b : b);
 }
 
+// f64 and the integer types are stored and read back exactly (no f32 round trip), so their
+// check is exact.
 void encode(DType t, double v, void* out) {
   if (t == DType::f64) {
     std::memcpy(out, &v, 8);
+    return;
+  }
+  if (t == DType::i64) {
+    const int64_t x = static_cast<int64_t>(v);
+    std::memcpy(out, &x, 8);
+    return;
+  }
+  if (t == DType::i32) {
+    const int32_t x = static_cast<int32_t>(v);
+    std::memcpy(out, &x, 4);
     return;
   }
   const float f = static_cast<float>(v);
@@ -204,6 +216,16 @@ double decode(DType t, const void* in) {
     double d;
     std::memcpy(&d, in, 8);
     return d;
+  }
+  if (t == DType::i64) {  // every value the check can expect is exact in a double (|x| < 2^53)
+    int64_t x;
+    std::memcpy(&x, in, 8);
+    return static_cast<double>(x);
+  }
+  if (t == DType::i32) {
+    int32_t x;
+    std::memcpy(&x, in, 4);
+    return static_cast<double>(x);
   }
   float f;
   convert_to_f32(t, in, &f, 1);

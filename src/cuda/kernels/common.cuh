@@ -12,6 +12,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/float_convert.hpp"
 #include "cuda/kernels/kernels.hpp"
@@ -236,28 +237,54 @@ SYMMEM_DEVICE_INLINE void copy_share(char* dst, const char* src, int64_t n, int6
 }
 
 // ---- element types and reductions ------------------------------------------------------------
-// Results must be bitwise equal to src/host/reduce.cpp: widen to f32, combine strictly in rank
-// order (sum a+b, min b<a?b:a, max a<b?b:a), avg = sum / world (IEEE division), narrow once
-// with round to nearest even.
+// Results must be bitwise equal to src/host/reduce.cpp: widen to the accumulator type A (f32 for
+// f32 and the narrow floats, f64 for f64, the integer itself for i32/i64), combine strictly in
+// rank order (sum a+b, min b<a?b:a, max a<b?b:a), avg = sum / world (IEEE division for floats,
+// C++ integer division, truncating toward zero, for integers), narrow once with round to nearest
+// even. Integer sums wrap (two's complement, through the unsigned type), like the host's.
 template <KType>
 struct Elem;
 template <>
 struct Elem<KType::f32> {
   using T = float;
-  static SYMMEM_DEVICE_INLINE float to_f(T v) { return v; }
-  static SYMMEM_DEVICE_INLINE T from_f(float v) { return v; }
+  using A = float;
+  static SYMMEM_DEVICE_INLINE A to_a(T v) { return v; }
+  static SYMMEM_DEVICE_INLINE T from_a(A v) { return v; }
+};
+template <>
+struct Elem<KType::f64> {
+  using T = double;
+  using A = double;
+  static SYMMEM_DEVICE_INLINE A to_a(T v) { return v; }
+  static SYMMEM_DEVICE_INLINE T from_a(A v) { return v; }
+};
+template <>
+struct Elem<KType::i32> {
+  using T = int32_t;
+  using A = int32_t;
+  static SYMMEM_DEVICE_INLINE A to_a(T v) { return v; }
+  static SYMMEM_DEVICE_INLINE T from_a(A v) { return v; }
+};
+template <>
+struct Elem<KType::i64> {
+  using T = int64_t;
+  using A = int64_t;
+  static SYMMEM_DEVICE_INLINE A to_a(T v) { return v; }
+  static SYMMEM_DEVICE_INLINE T from_a(A v) { return v; }
 };
 template <>
 struct Elem<KType::f16> {
   using T = __half;
-  static SYMMEM_DEVICE_INLINE float to_f(T v) { return __half2float(v); }
-  static SYMMEM_DEVICE_INLINE T from_f(float v) { return __float2half_rn(v); }
+  using A = float;
+  static SYMMEM_DEVICE_INLINE A to_a(T v) { return __half2float(v); }
+  static SYMMEM_DEVICE_INLINE T from_a(A v) { return __float2half_rn(v); }
 };
 template <>
 struct Elem<KType::bf16> {
   using T = __nv_bfloat16;
-  static SYMMEM_DEVICE_INLINE float to_f(T v) { return __bfloat162float(v); }
-  static SYMMEM_DEVICE_INLINE T from_f(float v) { return __float2bfloat16_rn(v); }
+  using A = float;
+  static SYMMEM_DEVICE_INLINE A to_a(T v) { return __bfloat162float(v); }
+  static SYMMEM_DEVICE_INLINE T from_a(A v) { return __float2bfloat16_rn(v); }
 };
 
 // fp8 in storage bits; the conversions are the host's (core/float_convert.hpp), so every rank and
@@ -265,83 +292,107 @@ struct Elem<KType::bf16> {
 template <>
 struct Elem<KType::f8e4m3> {
   using T = unsigned char;
-  static SYMMEM_DEVICE_INLINE float to_f(T v) { return fp::e4m3_to_f32(v); }
-  static SYMMEM_DEVICE_INLINE T from_f(float v) { return fp::f32_to_e4m3(v); }
+  using A = float;
+  static SYMMEM_DEVICE_INLINE A to_a(T v) { return fp::e4m3_to_f32(v); }
+  static SYMMEM_DEVICE_INLINE T from_a(A v) { return fp::f32_to_e4m3(v); }
 };
 template <>
 struct Elem<KType::f8e5m2> {
   using T = unsigned char;
-  static SYMMEM_DEVICE_INLINE float to_f(T v) { return fp::e5m2_to_f32(v); }
-  static SYMMEM_DEVICE_INLINE T from_f(float v) { return fp::f32_to_e5m2(v); }
+  using A = float;
+  static SYMMEM_DEVICE_INLINE A to_a(T v) { return fp::e5m2_to_f32(v); }
+  static SYMMEM_DEVICE_INLINE T from_a(A v) { return fp::f32_to_e5m2(v); }
 };
 
-SYMMEM_DEVICE_INLINE float combine(KRed red, float a, float b) {
+// One step of the rank-order reduction in the accumulator type (no contraction: __fadd_rn,
+// __dadd_rn; integer sums wrap).
+template <class A>
+SYMMEM_DEVICE_INLINE A combine(KRed red, A a, A b) {
   switch (red) {
     case KRed::min:
       return b < a ? b : a;
     case KRed::max:
       return a < b ? b : a;
     default:
-      return __fadd_rn(a, b);
+      if constexpr (std::is_same_v<A, float>) {
+        return __fadd_rn(a, b);
+      } else if constexpr (std::is_same_v<A, double>) {
+        return __dadd_rn(a, b);
+      } else {
+        using U = std::make_unsigned_t<A>;
+        return static_cast<A>(static_cast<U>(a) + static_cast<U>(b));
+      }
   }
 }
-SYMMEM_DEVICE_INLINE float finish(KRed red, float a, int world) {
-  return red == KRed::avg ? __fdiv_rn(a, static_cast<float>(world)) : a;
+// avg: the sum divided by the world size (world >= 1, so no integer overflow).
+template <class A>
+SYMMEM_DEVICE_INLINE A finish(KRed red, A a, int world) {
+  if (red != KRed::avg) return a;
+  if constexpr (std::is_same_v<A, float>) {
+    return __fdiv_rn(a, static_cast<float>(world));
+  } else if constexpr (std::is_same_v<A, double>) {
+    return __ddiv_rn(a, static_cast<double>(world));
+  } else {
+    return a / static_cast<A>(world);
+  }
 }
 
-// A register vector of `kBytes` bytes of element type K, widened to f32.
+// A register vector of `kBytes` bytes of element type K, widened to its accumulator type. Raw is
+// a 16-byte uint4 or an 8-byte uint64_t, both at least as aligned as T (8-byte elements: two in a
+// uint4, one in a uint64_t, never split).
 template <KType K, int kBytes>
 struct Vec {
   using E = Elem<K>;
   using T = typename E::T;
+  using A = typename E::A;
   static constexpr int kN = kBytes / static_cast<int>(sizeof(T));
-  float f[kN];
+  static_assert(kN >= 1 && kN * static_cast<int>(sizeof(T)) == kBytes);
+  A f[kN];
 
   template <class Raw>
   SYMMEM_DEVICE_INLINE void load(const Raw& raw) {
+    static_assert(sizeof(Raw) == kBytes && alignof(Raw) >= alignof(T));
     const T* t = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-    for (int i = 0; i < kN; ++i) f[i] = E::to_f(t[i]);
+    for (int i = 0; i < kN; ++i) f[i] = E::to_a(t[i]);
   }
   template <class Raw>
   SYMMEM_DEVICE_INLINE void combine_with(KRed red, const Raw& raw) {
+    static_assert(sizeof(Raw) == kBytes && alignof(Raw) >= alignof(T));
     const T* t = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-    for (int i = 0; i < kN; ++i) f[i] = combine(red, f[i], E::to_f(t[i]));
+    for (int i = 0; i < kN; ++i) f[i] = combine(red, f[i], E::to_a(t[i]));
   }
   template <class Raw>
   SYMMEM_DEVICE_INLINE void store(KRed red, int world, Raw& raw) const {
+    static_assert(sizeof(Raw) == kBytes && alignof(Raw) >= alignof(T));
     T* t = reinterpret_cast<T*>(&raw);
 #pragma unroll
-    for (int i = 0; i < kN; ++i) t[i] = E::from_f(finish(red, f[i], world));
+    for (int i = 0; i < kN; ++i) t[i] = E::from_a(finish(red, f[i], world));
   }
 };
 
-// Elementwise (scalar) reduction of element i of `world` inputs at byte offset `off`.
-// Element loads/stores through the raw bit pattern (L1 bypassed for loads, like dev::ld_v4_cg).
+// Element loads/stores through the raw bit pattern (L1 bypassed for loads, like dev::ld_v4_cg);
+// `p` is aligned to the element size (the host checks send/recv; offsets are whole elements).
 template <KType K>
-SYMMEM_DEVICE_INLINE float load_elem(const char* p) {
+SYMMEM_DEVICE_INLINE typename Elem<K>::A load_elem(const char* p) {
   using T = typename Elem<K>::T;
-  if constexpr (sizeof(T) == 4) {
-    return __ldcg(reinterpret_cast<const float*>(p));
-  } else if constexpr (sizeof(T) == 1) {
-    return Elem<K>::to_f(__ldcg(reinterpret_cast<const unsigned char*>(p)));
-  } else {
-    unsigned short bits = __ldcg(reinterpret_cast<const unsigned short*>(p));
-    T v;
-    memcpy(&v, &bits, 2);
-    return Elem<K>::to_f(v);
-  }
+  using W = typename Word<static_cast<int>(sizeof(T))>::T;
+  const W bits = __ldcg(reinterpret_cast<const W*>(p));
+  T v;
+  memcpy(&v, &bits, sizeof(T));
+  return Elem<K>::to_a(v);
 }
 template <KType K>
-SYMMEM_DEVICE_INLINE void store_elem(char* p, float f) {
-  *reinterpret_cast<typename Elem<K>::T*>(p) = Elem<K>::from_f(f);
+SYMMEM_DEVICE_INLINE void store_elem(char* p, typename Elem<K>::A f) {
+  *reinterpret_cast<typename Elem<K>::T*>(p) = Elem<K>::from_a(f);
 }
 
 // Scalar reduction of the element at byte offset `off` of every rank's input (rank order).
 template <KType K>
-SYMMEM_DEVICE_INLINE float reduce_scalar(const PeerPtrs& in, int world, int64_t off, KRed red) {
-  float acc = load_elem<K>(peer(in, 0) + off);
+SYMMEM_DEVICE_INLINE typename Elem<K>::A reduce_scalar(const PeerPtrs& in, int world, int64_t off,
+                                                       KRed red) {
+  typename Elem<K>::A acc = load_elem<K>(peer(in, 0) + off);
   for (int p = 1; p < world; ++p) acc = combine(red, acc, load_elem<K>(peer(in, p) + off));
   return finish(red, acc, world);
 }
@@ -438,10 +489,16 @@ int dispatch_type_world(KType type, int world, F&& f) {
   switch (type) {
     case KType::f32:
       return dispatch_world<KType::f32>(world, f);
+    case KType::f64:
+      return dispatch_world<KType::f64>(world, f);
     case KType::f16:
       return dispatch_world<KType::f16>(world, f);
     case KType::bf16:
       return dispatch_world<KType::bf16>(world, f);
+    case KType::i32:
+      return dispatch_world<KType::i32>(world, f);
+    case KType::i64:
+      return dispatch_world<KType::i64>(world, f);
     case KType::f8e4m3:
       return dispatch_world<KType::f8e4m3>(world, f);
     case KType::f8e5m2:

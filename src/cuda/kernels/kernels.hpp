@@ -54,7 +54,16 @@ inline constexpr size_t kLLTotalDataBytes = 2u << 20;  // LL capacity, split amo
 
 // Element types and reductions the kernels know (values match symmem::DType/ReduceOp; the
 // dtypes whose SYMMEM_DTYPES row has gpu = 1).
-enum class KType : int { f32 = 0, f16 = 2, bf16 = 3, f8e4m3 = 6, f8e5m2 = 7 };
+enum class KType : int {
+  f32 = 0,
+  f64 = 1,
+  f16 = 2,
+  bf16 = 3,
+  i32 = 4,
+  i64 = 5,
+  f8e4m3 = 6,
+  f8e5m2 = 7
+};
 enum class KRed : int { sum = 0, avg = 1, min = 2, max = 3 };
 
 // Control-region and workspace offsets for a world size (NOTE [workspace layout]).

@@ -8,7 +8,10 @@
 // slots until every peer's packet carries the current flag, and reduces them in rank order
 // (this rank's own contribution is read from `send`, at its place in the order) or stores them
 // (gather). The same thread reads unit u of `send` before it writes unit u of `recv`, so in-place
-// calls are fine. Flags and parities: NOTE [epochs and flags] in kernels.hpp.
+// calls are fine. Units are whole elements: an 8-byte element (f64, i64) is exactly one unit,
+// its low and high words travel in the two halves of one packet and are joined again before the
+// element is combined, so min/max/sum see the whole 64-bit value. Flags and parities: NOTE
+// [epochs and flags] in kernels.hpp.
 
 #include <cuda_runtime.h>
 

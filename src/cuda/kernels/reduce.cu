@@ -1,10 +1,10 @@
 // Barrier-based reductions over peer pointers: two-shot and one-shot all_reduce, reduce_scatter.
 //
 // NOTE [reduce kernels]
-// Work is split in 16-byte units (4 f32 or 8 f16/bf16); every rank's `in` is 16-byte aligned at
-// the same offset, so unit u is one vector load from each rank. Block b of every rank handles
-// the same share of units in every phase, so a pairwise block barrier (block b with block b of
-// every peer) is all the synchronisation needed:
+// Work is split in 16-byte units (2 f64/i64, 4 f32/i32, 8 f16/bf16, 16 fp8); every rank's `in` is
+// 16-byte aligned at the same offset, so unit u is one vector load from each rank. Block b of every
+// rank handles the same share of units in every phase, so a pairwise block barrier (block b with
+// block b of every peer) is all the synchronisation needed:
 //   two_shot:  [copy own input share into in[rank]] B1 | reduce share b of shard `rank` (units
 //              split evenly over ranks) from every in[p], push the result to every out[p] | B2 |
 //              [copy share b of every shard of out[rank] to recv]
@@ -15,7 +15,9 @@
 // B1 publishes inputs; B2 guarantees every peer finished reading and writing this rank's memory,
 // so the next op may reuse it. Elements are combined in rank order 0, 1, ..., world-1 whatever
 // rank computes them, so one-shot, two-shot and LL give the same bits.
-// The last unit may be partial: its elements are reduced one by one.
+// The last unit may be partial (fewer than 16 / element size elements; for 8-byte types the one
+// element of an odd count): its elements are reduced one by one, one thread each, with the same
+// accumulator type and order as the vectorised units.
 
 #include <cuda_runtime.h>
 
@@ -140,7 +142,7 @@ __global__ void __launch_bounds__(kThreads, 2) reduce_kernel(const ReduceArgs a)
           for (int p = 0; p < world; ++p) dev::st_v4(peer(out, p) + u * 16, y);
         }
       };
-      auto emit_elem = [&](int64_t off, float f) {
+      auto emit_elem = [&](int64_t off, typename Elem<K>::A f) {
         for (int p = 0; p < world; ++p) store_elem<K>(peer(out, p) + off, f);
       };
       reduce_range<K, kW>(a.in, world, 0, a.red, share(units, world, rank, G, b), a.count, emit,
@@ -169,7 +171,7 @@ __global__ void __launch_bounds__(kThreads, 2) reduce_kernel(const ReduceArgs a)
     if (ok) {
       char* out = a.direct_out;
       auto emit = [&](int64_t u, uint4 y) { store16_any(out + u * 16, y); };
-      auto emit_elem = [&](int64_t off, float f) { store_elem<K>(out + off, f); };
+      auto emit_elem = [&](int64_t off, typename Elem<K>::A f) { store_elem<K>(out + off, f); };
       reduce_range<K, kW>(a.in, world, rs ? rank * a.in_stride : 0, a.red, mine, a.count, emit,
                           emit_elem);
     }
