@@ -97,8 +97,8 @@ void synchronize_and_raise(std::string_view op, int rank, cudaStream_t stream, M
                            const std::string& what) {
   const auto start = detail::Clock::now();
   const Millis resolved = detail::resolve_timeout(timeout);
-  detail::WaitReport report(what, detail::Subsys::GPU, rank, start,
-                            detail::deadline_for(resolved), resolved);
+  detail::WaitReport report(what, detail::Subsys::GPU, rank, start, detail::deadline_for(resolved),
+                            resolved);
   cudaError_t e = cudaSuccess;
   if (!report.enabled()) {
     e = cudaStreamSynchronize(stream);
@@ -111,8 +111,9 @@ void synchronize_and_raise(std::string_view op, int rank, cudaStream_t stream, M
       if (report.due(now)) {
         const std::vector<int> peers = noted_peers(rank);
         if (peers.empty()) {
-          report.text("the GPU (no wait of this rank noted yet: earlier work on the stream, "
-                      "or a collective kernel, which does not name its peers)");
+          report.text(
+              "the GPU (no wait of this rank noted yet: earlier work on the stream, "
+              "or a collective kernel, which does not name its peers)");
         } else {
           report.ranks(peers, -1, -1);
         }

@@ -58,8 +58,8 @@ int32_t* progress_record();
 inline constexpr int kProgressSlots = 256;
 
 // How long a device-side wait spins before it notes itself in the progress record (half of
-// SYMMEM_WAIT_REPORT_S, in ns, so the note is there when the first line is due), or 0 (no note) when the reports are off or the interval is not
-// shorter than `timeout`.
+// SYMMEM_WAIT_REPORT_S, in ns, so the note is there when the first line is due), or 0 (no note)
+// when the reports are off or the interval is not shorter than `timeout`.
 uint64_t progress_after_ns(Millis timeout);
 
 // Waits for everything queued on `stream` (the host side of a synchronous GPU call), logging a

@@ -10,10 +10,9 @@
 
 #include <cuda_runtime_api.h>
 
-#include <chrono>
-
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>

@@ -105,8 +105,8 @@ inline constexpr int kProgressSlots = 256;
 // (NOTE [wait progress]) that waits still spinning at report_ns note themselves in.
 struct Deadline {
   uint64_t end_ns;
-  uint64_t report_ns = ~0ull;      // %globaltimer time after which a wait notes its progress
-  int32_t* progress = nullptr;     // kProgressSlots vectors in host-mapped memory, or null
+  uint64_t report_ns = ~0ull;   // %globaltimer time after which a wait notes its progress
+  int32_t* progress = nullptr;  // kProgressSlots vectors in host-mapped memory, or null
   __device__ static Deadline after(uint64_t timeout_ns);  // 0: kDefaultTimeoutNs
   __device__ static Deadline of(const DeviceHandle& h) { return after(h.timeout_ns); }
   __device__ bool expired() const { return globaltimer_ns() > end_ns; }

@@ -31,7 +31,7 @@ SYMMEM_DEVICE_INLINE Deadline Deadline::after(uint64_t timeout_ns) {
 }
 
 SYMMEM_DEVICE_INLINE Deadline Deadline::with_progress(int32_t* rec,
-                                                     uint64_t report_after_ns) const {
+                                                      uint64_t report_after_ns) const {
   Deadline d = *this;
   if (rec != nullptr && report_after_ns != 0) {
     d.progress = rec;
