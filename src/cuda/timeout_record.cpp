@@ -103,9 +103,9 @@ void synchronize_and_raise(std::string_view op, int rank, cudaStream_t stream, M
   if (!report.enabled()) {
     e = cudaStreamSynchronize(stream);
   } else {
-    // Poll: 20 us at first (a short barrier costs little more than a blocking wait), backing
-    // off to 2 ms.
-    auto nap = std::chrono::microseconds(20);
+    // Poll: yielding for the first millisecond (a short wait costs what a blocking
+    // synchronisation costs), then sleeping 100 us, backing off to 2 ms.
+    auto nap = std::chrono::microseconds(100);
     while ((e = cudaStreamQuery(stream)) == cudaErrorNotReady) {
       const auto now = detail::Clock::now();
       if (report.due(now)) {
@@ -117,6 +117,10 @@ void synchronize_and_raise(std::string_view op, int rank, cudaStream_t stream, M
         } else {
           report.ranks(peers, -1, -1);
         }
+      }
+      if (now - start < std::chrono::milliseconds(1)) {
+        std::this_thread::yield();
+        continue;
       }
       std::this_thread::sleep_for(nap);
       nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::microseconds(2000));

@@ -27,11 +27,11 @@
 // host-mapped like it; the device side is NOTE [wait progress] in symmem/device/sync.cuh): the
 // device-side syncs (barrier/put_signal/wait_signal) note in it a wait that has lasted
 // SYMMEM_WAIT_REPORT_S. Where symmem itself synchronises a stream (the null stream, above), it
-// polls the stream (cudaStreamQuery, sleeping up to 2 ms) instead of blocking, and every
-// SYMMEM_WAIT_REPORT_S it logs the WARN line of host waits: "barrier (GPU, channel 3): rank 0
-// has waited 2.0 s for rank 1; 4.0 s left of the 6.0 s timeout", the ranks read from the
-// progress record. Waits on explicit streams (asynchronous by contract) are not watched: nothing
-// runs on the host while they spin.
+// polls the stream (cudaStreamQuery: yielding for 1 ms, then sleeping up to 2 ms) instead of
+// blocking, and every SYMMEM_WAIT_REPORT_S it logs the WARN line of host waits: "barrier (GPU,
+// channel 3): rank 0 has waited 2.0 s for rank 1; 4.0 s left of the 6.0 s timeout", the ranks read
+// from the progress record. Waits on explicit streams (asynchronous by contract) are not watched:
+// nothing runs on the host while they spin.
 
 #include <cuda_runtime_api.h>
 
