@@ -7,7 +7,7 @@ set(_pytest ${Python_EXECUTABLE} -m pytest -q -p no:cacheprovider -rs)
 set(_tdir ${CMAKE_CURRENT_SOURCE_DIR}/tests)
 
 function(symmem_py_test name)
-  cmake_parse_arguments(T "" "NP;TIMEOUT" "FILES;LABELS" ${ARGN})
+  cmake_parse_arguments(T "" "NP;TIMEOUT" "FILES;LABELS;ENV" ${ARGN})
   set(files)
   foreach(f IN LISTS T_FILES)
     list(APPEND files ${_tdir}/${f})
@@ -26,6 +26,9 @@ function(symmem_py_test name)
   endif()
   set_tests_properties(${name} PROPERTIES LABELS "${labels}" TIMEOUT ${T_TIMEOUT}
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${_py_env}")
+  if(T_ENV)
+    set_property(TEST ${name} APPEND PROPERTY ENVIRONMENT "${T_ENV}")
+  endif()
 endfunction()
 
 symmem_py_test(python_single FILES test_single.py test_store.py)
@@ -33,6 +36,9 @@ symmem_py_test(python_torch FILES test_torch.py)
 symmem_py_test(python_mp_2 NP 2 FILES test_mp.py)
 symmem_py_test(python_mp_3 NP 3 FILES test_mp.py)
 symmem_py_test(python_torch_mp_2 NP 2 FILES test_torch_mp.py LABELS gpu)
+# GPU waits that time out (issues #17, #24): two ranks on one GPU.
+symmem_py_test(python_gpu_waits_2 NP 2 TIMEOUT 120 FILES test_gpu_mp.py LABELS gpu
+               ENV "SYMMEM_ALLOW_SHARED_GPU=1")
 
 # The committed stub must match the module (regenerate with python/gen_stub.sh).
 add_test(NAME python_stub

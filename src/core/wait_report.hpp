@@ -9,8 +9,10 @@
 // before its Timeout. The waits that report: the store exchanges (group creation, split(),
 // store_barrier(), allocation rendezvous; StoreExchange::await), the CPU pad barriers and waits
 // (core/pad_sync.hpp), rank 0's wait at exit for the others to check out, and a TcpStore client's
-// attempts to reach its server. GPU-side waits (kernels spinning on signal pads) do not: they
-// only have their deadline.
+// attempts to reach its server, and the cuda backend's synchronous device-side syncs (barrier/
+// put_signal/wait_signal on the null stream: the kernel notes the peer it waits for in a
+// host-mapped progress record, NOTE [wait progress] in cuda/timeout_record.hpp). Other GPU-side
+// waits (explicit streams, collective kernels) only have their deadline.
 //
 // Usage, in a wait loop that wakes at least every slice(now):
 //   WaitReport report("group g0: creation", Subsys::INIT, rank, start, deadline, timeout);

@@ -9,6 +9,7 @@
 #include "cuda/cuda_memory.hpp"
 #include "cuda/cuda_ops.hpp"
 #include "cuda/driver.hpp"
+#include "cuda/peer_tables.hpp"
 #include "cuda/timeout_record.hpp"
 #include "symmem/backend.hpp"
 #include "symmem/error.hpp"
@@ -55,6 +56,14 @@ class CudaBackend final : public Backend {
     const int rank = args.group != nullptr ? args.group->rank() : -1;
     raise_device_timeout(to_string(args.kind), rank);  // NOTE [timeout record]
     cuda_run_op(args);
+    // A barrier on the null stream is synchronous, like SymmetricMemory::barrier there: its
+    // device-side timeout (a peer that never came) is this call's error (docs/design.md,
+    // "Stream-ordered errors"). Other ops stay asynchronous.
+    if (args.kind == OpKind::barrier && args.stream == nullptr) {
+      DeviceGuard guard(args.device.index);
+      synchronize_and_raise("barrier", rank, nullptr, args.timeout,
+                            "barrier (GPU, group " + args.group->name() + ")");
+    }
   }
 };
 

@@ -2,19 +2,58 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include "core/timeout.hpp"
+#include "core/wait_report.hpp"
 #include "cuda/cuda_check.hpp"
 #include "symmem/device_handle.hpp"
+#include "symmem/env.hpp"
 
 namespace symmem::cuda {
 namespace {
 
 std::mutex g_mu;
 std::atomic<int32_t*> g_record{nullptr};
+std::atomic<int32_t*> g_progress{nullptr};
+
+constexpr size_t kProgressBytes = sizeof(int32_t) * 4 * kProgressSlots;
+
+// Pinned, host-mapped, portable, zeroed; never freed (kernels may still reference it at exit).
+int32_t* host_mapped(size_t bytes, const char* what) {
+  void* host = nullptr;
+  SYMMEM_CUDART_CHECK(what, -1,
+                      cudaHostAlloc(&host, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
+  void* dev = nullptr;
+  SYMMEM_CUDART_CHECK(what, -1, cudaHostGetDevicePointer(&dev, host, 0));
+  SYMMEM_CHECK(what, -1, dev == host, ErrorCode::Internal,
+               "host-mapped memory has different host and device addresses (no unified "
+               "addressing?)");
+  auto* rec = static_cast<int32_t*>(host);
+  for (size_t i = 0; i < bytes / sizeof(int32_t); ++i) {
+    reinterpret_cast<volatile int32_t*>(rec)[i] = 0;
+  }
+  return rec;
+}
+
+// Ranks noted in the progress record by waits of `rank` (any group of this process).
+std::vector<int> noted_peers(int rank) {
+  std::vector<int> peers;
+  int32_t* r = g_progress.load(std::memory_order_acquire);
+  if (r == nullptr) return peers;
+  const volatile int32_t* v = r;
+  for (int i = 0; i < kProgressSlots; ++i) {
+    if (v[4 * i] != 1) continue;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (v[4 * i + 1] == rank) peers.push_back(static_cast<int>(v[4 * i + 3]));
+  }
+  return peers;
+}
 
 }  // namespace
 
@@ -24,18 +63,74 @@ int32_t* timeout_record() {
   std::lock_guard<std::mutex> lock(g_mu);
   r = g_record.load(std::memory_order_relaxed);
   if (r != nullptr) return r;
-  void* host = nullptr;
-  SYMMEM_CUDART_CHECK("timeout record", -1,
-                      cudaHostAlloc(&host, 64, cudaHostAllocMapped | cudaHostAllocPortable));
-  void* dev = nullptr;
-  SYMMEM_CUDART_CHECK("timeout record", -1, cudaHostGetDevicePointer(&dev, host, 0));
-  SYMMEM_CHECK("timeout record", -1, dev == host, ErrorCode::Internal,
-               "host-mapped memory has different host and device addresses (no unified "
-               "addressing?)");
-  auto* rec = static_cast<int32_t*>(host);
-  for (int i = 0; i < 16; ++i) reinterpret_cast<volatile int32_t*>(rec)[i] = 0;
+  int32_t* rec = host_mapped(64, "timeout record");
   g_record.store(rec, std::memory_order_release);
   return rec;  // never freed: kernels of any allocation may still reference it at exit
+}
+
+int32_t* progress_record() {
+  int32_t* r = g_progress.load(std::memory_order_acquire);
+  if (r != nullptr) return r;
+  std::lock_guard<std::mutex> lock(g_mu);
+  r = g_progress.load(std::memory_order_relaxed);
+  if (r != nullptr) return r;
+  r = host_mapped(kProgressBytes, "wait progress record");
+  g_progress.store(r, std::memory_order_release);
+  return r;
+}
+
+uint64_t progress_after_ns(Millis timeout) {
+  int64_t s = 0;
+  try {
+    s = env::wait_report_s();
+  } catch (...) {
+    return 0;  // a bad value: reported by env::validate_all(), the reports are off
+  }
+  if (s <= 0) return 0;
+  const int64_t ms = detail::resolve_timeout(timeout).count();
+  if (s * 1000 >= ms) return 0;
+  // Half the interval: the note is in place when the host's first line is due.
+  return static_cast<uint64_t>(s) * 500000000ull;
+}
+
+void synchronize_and_raise(std::string_view op, int rank, cudaStream_t stream, Millis timeout,
+                           const std::string& what) {
+  const auto start = detail::Clock::now();
+  const Millis resolved = detail::resolve_timeout(timeout);
+  detail::WaitReport report(what, detail::Subsys::GPU, rank, start, detail::deadline_for(resolved),
+                            resolved);
+  cudaError_t e = cudaSuccess;
+  if (!report.enabled()) {
+    e = cudaStreamSynchronize(stream);
+  } else {
+    // Poll: yielding for the first millisecond (a short wait costs what a blocking
+    // synchronisation costs), then sleeping 100 us, backing off to 2 ms.
+    auto nap = std::chrono::microseconds(100);
+    while ((e = cudaStreamQuery(stream)) == cudaErrorNotReady) {
+      const auto now = detail::Clock::now();
+      if (report.due(now)) {
+        const std::vector<int> peers = noted_peers(rank);
+        if (peers.empty()) {
+          report.text(
+              "the GPU (no wait of this rank noted yet: earlier work on the stream, "
+              "or a collective kernel, which does not name its peers)");
+        } else {
+          report.ranks(peers, -1, -1);
+        }
+      }
+      if (now - start < std::chrono::milliseconds(1)) {
+        std::this_thread::yield();
+        continue;
+      }
+      std::this_thread::sleep_for(nap);
+      nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::microseconds(2000));
+    }
+  }
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // clear a non-sticky error; a sticky one stays with the context
+    throw_cudart_error(op, rank, "cudaStreamSynchronize", e, SYMMEM_WHERE);
+  }
+  raise_device_timeout(op, rank);
 }
 
 bool device_timeout_pending() noexcept {

@@ -9,16 +9,34 @@
 // timeout_record. A device-side wait that passes its deadline fills it (flag, rank, channel,
 // peer) and makes its kernel return instead of spinning. The host notices in two places:
 //   - after every stream synchronisation symmem performs itself (barrier/put_signal/
-//     wait_signal on the null stream synchronise it, so they raise at once);
-//   - before every launch of a symmem kernel and in free(): a timeout of an earlier
-//     asynchronous call is raised by the next symmem call, as the API promises.
+//     wait_signal and the group barrier op on the null stream synchronise it, so they raise
+//     at once);
+//   - before every launch of a symmem kernel (every op and device-side sync of this plugin): a
+//     timeout of an earlier asynchronous call is raised by the next symmem call of the process.
+//     free() and destructors never throw, so they do not raise it (docs/design.md, "Stream-
+//     ordered errors").
 // Raising clears the record (the first failure is reported once), and the error is Timeout:
 // "<op>: rank R: device-side wait timed out: rank R waited on channel C for rank P ...".
 // Reading the record needs no synchronisation: the kernel writes flag, rank, channel and peer
 // with one 16-byte store (no atomics on host memory: NOTE [device records] in
 // symmem/device/sync.cuh, the protocol the library's collective kernels use too).
 
+//
+// NOTE [wait progress] (host side)
+// Beside the timeout record each process has a progress record (kProgressSlots vectors,
+// host-mapped like it; the device side is NOTE [wait progress] in symmem/device/sync.cuh): the
+// device-side syncs (barrier/put_signal/wait_signal) note in it a wait that has lasted
+// SYMMEM_WAIT_REPORT_S. Where symmem itself synchronises a stream (the null stream, above), it
+// polls the stream (cudaStreamQuery: yielding for 1 ms, then sleeping up to 2 ms) instead of
+// blocking, and every SYMMEM_WAIT_REPORT_S it logs the WARN line of host waits: "barrier (GPU,
+// channel 3): rank 0 has waited 2.0 s for rank 1; 4.0 s left of the 6.0 s timeout", the ranks read
+// from the progress record. Waits on explicit streams (asynchronous by contract) are not watched:
+// nothing runs on the host while they spin.
+
+#include <cuda_runtime_api.h>
+
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "symmem/store.hpp"
@@ -33,6 +51,23 @@ bool device_timeout_pending() noexcept;
 
 // Throws Timeout (and clears the record) when one is pending; `op`/`rank` start the message.
 void raise_device_timeout(std::string_view op, int rank);
+
+// The process-wide progress record (NOTE [wait progress]), created on first use; its slots
+// (symmem::device::kProgressSlots, checked in device_sync.cu).
+int32_t* progress_record();
+inline constexpr int kProgressSlots = 256;
+
+// How long a device-side wait spins before it notes itself in the progress record (half of
+// SYMMEM_WAIT_REPORT_S, in ns, so the note is there when the first line is due), or 0 (no note)
+// when the reports are off or the interval is not shorter than `timeout`.
+uint64_t progress_after_ns(Millis timeout);
+
+// Waits for everything queued on `stream` (the host side of a synchronous GPU call), logging a
+// wait report every SYMMEM_WAIT_REPORT_S while it lasts; `what` names the wait ("barrier (GPU,
+// channel 3)"), `timeout` is the call's. Then raises a CUDA error of the stream (Cuda) or a
+// recorded device-side timeout (Timeout) with `op`/`rank` starting the message.
+void synchronize_and_raise(std::string_view op, int rank, cudaStream_t stream, Millis timeout,
+                           const std::string& what);
 
 // A resolved timeout (NOTE [timeouts] in symmem/store.hpp: the core resolves every user's
 // timeout before a backend sees it) in nanoseconds for DeviceHandle::timeout_ns and the

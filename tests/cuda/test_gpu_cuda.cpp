@@ -5,8 +5,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <string>
@@ -301,6 +305,111 @@ TEST(CudaBackend, TimeoutNamesRankAndChannel) {
   // Still usable: pads are clean (nobody signalled the channel that timed out).
   buf.barrier();
   buf.barrier(channel);
+}
+
+// issue #17: a GPU barrier that times out raises Timeout naming rank, channel and peer (null
+// stream: at the call; explicit stream: at the next symmem call), and the process stays usable.
+TEST(CudaBackend, BarrierTimeoutRaisesAndProcessStaysUsable) {
+  const int world = g_group.world_size(), rank = g_group.rank();
+  if (world < 2) GTEST_SKIP() << "needs 2 ranks (rank 1 skips the barrier)";
+  std::vector<int> all(world);
+  std::iota(all.begin(), all.end(), 0);
+  size_t free0 = 0, free1 = 0, total = 0;
+  {
+    Group fresh = g_group.split(all);
+    auto buf = alloc_on(fresh, 4096);
+    const int channel = std::min(3, buf.num_channels() - 1);
+    const std::string ch = "channel " + std::to_string(channel);
+    CUDART_OK(cudaDeviceSynchronize());
+    CUDART_OK(cudaMemGetInfo(&free0, &total));
+    if (rank == 0) {
+      const auto t0 = std::chrono::steady_clock::now();
+      expect_error([&] { buf.barrier(channel, Millis(1000)); }, ErrorCode::Timeout,
+                   {"barrier: rank 0", ch.c_str(), "for rank 1"});
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      EXPECT_GE(secs, 0.9);
+      EXPECT_LT(secs, 20.0);
+      // Explicit stream: the call returns; the kernel leaves at its deadline (the slot of rank
+      // 1 still holds the first barrier's signal, so its put_signal waits); the next call
+      // raises.
+      Stream s;
+      buf.barrier(channel, Millis(1000), s);
+      CUDART_OK(cudaStreamSynchronize(s.get()));
+      expect_error([&] { buf.put_signal(0, 0, Millis(-1), s); }, ErrorCode::Timeout,
+                   {"rank 0", ch.c_str(), "for rank 1"});
+      CUDART_OK(cudaStreamSynchronize(s.get()));
+      CUDART_OK(cudaGetLastError());  // no sticky error: the kernels returned, none trapped
+    }
+    fresh.store_barrier();
+    buf.free();
+    CUDART_OK(cudaDeviceSynchronize());
+  }
+  // A new group and allocation work on every rank: a barrier and an all-reduce.
+  Group next = g_group.split(all);
+  auto buf = alloc_on(next, 4096);
+  buf.barrier(3 % buf.num_channels());
+  std::vector<float> ones(1024, 1.0f), got(1024, 0.0f);
+  auto* p = static_cast<float*>(buf.ptr(next.rank()));
+  CUDART_OK(cudaMemcpy(p, ones.data(), 4096, cudaMemcpyHostToDevice));
+  OpOptions o;
+  o.device = Device::cuda(g_device);
+  all_reduce(p, p, 1024, DType::f32, ReduceOp::sum, next, o);
+  CUDART_OK(cudaDeviceSynchronize());
+  CUDART_OK(cudaMemcpy(got.data(), p, 4096, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(got[0], static_cast<float>(world));
+  EXPECT_EQ(got[1023], static_cast<float>(world));
+  buf.free();
+  CUDART_OK(cudaDeviceSynchronize());
+  CUDART_OK(cudaMemGetInfo(&free1, &total));
+  // The timed-out kernels left nothing behind (the new group's workspace is the one addition).
+  EXPECT_LE(static_cast<long long>(free0) - static_cast<long long>(free1), 64ll << 20);
+  next.store_barrier();
+}
+
+// issue #22: a GPU barrier on the null stream that waits longer than SYMMEM_WAIT_REPORT_S logs
+// the host waits' WARN line naming the peer. Run by gpu_cuda_wait_report_np2 with
+// SYMMEM_WAIT_REPORT_S=2 and SYMMEM_DEBUG_FILE=/tmp/symmem-gpu-wait-report-%p.log.
+TEST(CudaWaitReport, GpuBarrierNamesTheMissingPeer) {
+  const int world = g_group.world_size(), rank = g_group.rank();
+  const char* every = std::getenv("SYMMEM_WAIT_REPORT_S");
+  const char* file = std::getenv("SYMMEM_DEBUG_FILE");
+  if (every == nullptr || std::string(every) != "2" || file == nullptr ||
+      std::string(file).find("%p") == std::string::npos) {
+    GTEST_SKIP() << "run by gpu_cuda_wait_report_np2 (SYMMEM_WAIT_REPORT_S=2, SYMMEM_DEBUG_FILE "
+                    "with %p)";
+  }
+  if (world < 2) GTEST_SKIP() << "needs 2 ranks";
+  std::vector<int> all(world);
+  std::iota(all.begin(), all.end(), 0);
+  Group fresh = g_group.split(all);
+  auto buf = alloc_on(fresh, 4096);
+  const int channel = std::min(2, buf.num_channels() - 1);
+  if (rank == 0) {
+    expect_error([&] { buf.barrier(channel, Millis(5000)); }, ErrorCode::Timeout,
+                 {"rank 0", "for rank 1"});
+    std::string path(file);
+    path.replace(path.find("%p"), 2, std::to_string(getpid()));
+    std::FILE* f = std::fopen(path.c_str(), "r");
+    ASSERT_NE(f, nullptr) << path;
+    std::vector<std::string> lines;
+    char line[4096];
+    while (std::fgets(line, sizeof(line), f) != nullptr) {
+      std::string l(line);
+      if (l.find(" symmem WARN GPU barrier (GPU, channel " + std::to_string(channel) + ")") !=
+          std::string::npos) {
+        lines.push_back(l);
+      }
+    }
+    std::fclose(f);
+    ASSERT_GE(lines.size(), 2u) << "expected wait reports at 2 s and 4 s in " << path;
+    for (const auto& l : lines) {
+      EXPECT_NE(l.find("rank 0 has waited "), std::string::npos) << l;
+      EXPECT_NE(l.find(" for rank 1; "), std::string::npos) << l;
+      EXPECT_NE(l.find(" left of the 5.0 s timeout"), std::string::npos) << l;
+    }
+  }
+  fresh.store_barrier();
 }
 
 TEST(CudaBackend, MismatchedSizesCaught) {

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -880,6 +881,42 @@ TEST(GpuOps, DeviceWaitTimesOut) {
     expect_error([&] { barrier(fresh, o); }, ErrorCode::Timeout, {"timed out"});
   }
   fresh.store_barrier();
+}
+
+TEST(GpuOps, LoneBarrierOnTheNullStreamTimesOut) {
+  // issue #24: a group barrier that rank 0 enters alone must end in Timeout. On the null stream
+  // the call synchronises and raises itself; then a new group works (no sticky CUDA error).
+  if (g_group.world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  std::vector<int> all(g_group.world_size());
+  for (int i = 0; i < g_group.world_size(); ++i) all[i] = i;
+  {
+    Group fresh = g_group.split(all);
+    barrier(fresh, opts(nullptr));  // every rank: the workspace is set up (synchronous)
+    fresh.store_barrier();
+    if (fresh.rank() == 0) {
+      OpOptions o = opts(nullptr);
+      o.timeout = Millis(1000);
+      const auto t0 = std::chrono::steady_clock::now();
+      expect_error([&] { barrier(fresh, o); }, ErrorCode::Timeout,
+                   {"barrier: rank 0", "timed out", "for rank 1"});
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      EXPECT_GE(s, 0.9) << "raised before the deadline";
+      EXPECT_LT(s, 20.0);
+      EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    }
+    fresh.store_barrier();
+  }
+  Group next = g_group.split(all);
+  DevBuf a(4096);
+  std::vector<float> ones(1024, 1.0f), got(1024, 0.0f);
+  CUDA_OK(cudaMemcpy(a.get(), ones.data(), 4096, cudaMemcpyHostToDevice));
+  all_reduce(a.get(), a.get(), 1024, DType::f32, ReduceOp::sum, next, opts(nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  CUDA_OK(cudaMemcpy(got.data(), a.get(), 4096, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(got[0], static_cast<float>(g_group.world_size()));
+  EXPECT_EQ(got[1023], static_cast<float>(g_group.world_size()));
+  barrier(next, opts(nullptr));
+  next.store_barrier();
 }
 
 // Last: a failed capture may leave the fresh group unusable.

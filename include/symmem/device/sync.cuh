@@ -54,6 +54,18 @@
 // rank, channel and peer, then clears it. A kernel that timed out has not done its work and
 // the pad may hold a stale signal: the allocation should be treated as broken.
 //
+// NOTE [wait progress]
+// How a wait that lasts tells the host whom it waits for (the host logs it: NOTE [wait reports]
+// in core/wait_report.hpp, and the cuda backend's NOTE [timeout record]). A Deadline may carry a
+// progress record: kProgressSlots vectors of 4 int32 in host-mapped memory, slot p %
+// kProgressSlots for peer p. A thread-level put_signal/wait_signal that is still spinning when
+// %globaltimer passes deadline.report_ns stores {1, rank, channel, peer} in its peer's slot (one
+// 16-byte volatile store and __threadfence_system(), no atomics: NOTE [device records]), once,
+// and stores {0, 0, 0, 0} there when the wait ends (done or timed out). The fast path pays
+// nothing: a wait reads %globaltimer on each spin already (for its deadline), and the note is
+// one more comparison there. Two waits on one peer at once (two streams) may clear each other's
+// note: the record is for diagnostics only. Without a record (the default) nothing is noted.
+//
 // NOTE [device records]
 // How a kernel reports a failure to the host: a record of kVecs 16-byte vectors (int32 words,
 // 16-byte aligned) in host-mapped memory, word [0] the flag (0: empty, 1: set). The host reads
@@ -86,14 +98,25 @@ enum class Status : int { ok = 0, timeout = 1 };
 inline constexpr uint64_t kDefaultTimeoutNs =
     static_cast<uint64_t>(env::defaults::timeout_ms.as_int()) * 1000000ull;
 inline constexpr int kTimeoutRecordInts = 4;  // [flag, rank, channel, peer]
+// Wait progress record (NOTE [wait progress]): slot p % kProgressSlots of peer p, 4 int32 each.
+inline constexpr int kProgressSlots = 256;
 
-// A point in %globaltimer time after which waits give up.
+// A point in %globaltimer time after which waits give up, and optionally a wait progress record
+// (NOTE [wait progress]) that waits still spinning at report_ns note themselves in.
 struct Deadline {
   uint64_t end_ns;
+  uint64_t report_ns = ~0ull;   // %globaltimer time after which a wait notes its progress
+  int32_t* progress = nullptr;  // kProgressSlots vectors in host-mapped memory, or null
   __device__ static Deadline after(uint64_t timeout_ns);  // 0: kDefaultTimeoutNs
   __device__ static Deadline of(const DeviceHandle& h) { return after(h.timeout_ns); }
   __device__ bool expired() const { return globaltimer_ns() > end_ns; }
+  // The same deadline with progress notes into `rec` after `report_after_ns` of waiting (from
+  // now); a null rec or 0 leaves it without notes.
+  __device__ Deadline with_progress(int32_t* rec, uint64_t report_after_ns) const;
 };
+
+// Notes (or clears: set = false) "rank waits on channel for peer" in its progress slot.
+SYMMEM_DEVICE_INLINE void note_progress(int32_t* rec, bool set, int rank, int channel, int peer);
 
 // Peer buffer / pad accessors (no checks).
 template <class T = void>
@@ -133,6 +156,8 @@ template <MemOrder kOrder = MemOrder::acquire>
 SYMMEM_DEVICE_INLINE Status wait_signal_warp(const DeviceHandle& h, int src, int channel);
 template <MemOrder kOrder = MemOrder::acq_rel>
 SYMMEM_DEVICE_INLINE Status barrier_warp(const DeviceHandle& h, int channel);
+template <MemOrder kOrder = MemOrder::acq_rel>
+SYMMEM_DEVICE_INLINE Status barrier_warp(const DeviceHandle& h, int channel, Deadline deadline);
 
 // Every thread of the block.
 template <MemOrder kOrder = MemOrder::release>

@@ -30,6 +30,47 @@ SYMMEM_DEVICE_INLINE Deadline Deadline::after(uint64_t timeout_ns) {
   return Deadline{globaltimer_ns() + (timeout_ns == 0 ? kDefaultTimeoutNs : timeout_ns)};
 }
 
+SYMMEM_DEVICE_INLINE Deadline Deadline::with_progress(int32_t* rec,
+                                                      uint64_t report_after_ns) const {
+  Deadline d = *this;
+  if (rec != nullptr && report_after_ns != 0) {
+    d.progress = rec;
+    d.report_ns = globaltimer_ns() + report_after_ns;
+  }
+  return d;
+}
+
+SYMMEM_DEVICE_INLINE void note_progress(int32_t* rec, bool set, int rank, int channel, int peer) {
+  const uint4 v = set ? make_uint4(1u, static_cast<uint32_t>(rank), static_cast<uint32_t>(channel),
+                                   static_cast<uint32_t>(peer))
+                      : make_uint4(0u, 0u, 0u, 0u);
+  st_v4_volatile(rec + 4 * (static_cast<uint32_t>(peer) % kProgressSlots), v);
+  __threadfence_system();
+}
+
+namespace detail {
+
+// One spin's deadline check of a wait on `peer`: true when it expired (the progress note, if
+// any, is cleared then); notes the wait once after deadline.report_ns (*noted).
+SYMMEM_DEVICE_INLINE bool spin_expired(const DeviceHandle& h, Deadline& deadline, bool* noted,
+                                       int channel, int peer) {
+  const uint64_t now = globaltimer_ns();
+  if (now > deadline.end_ns) {
+    if (*noted) note_progress(deadline.progress, false, h.rank, channel, peer);
+    return true;
+  }
+  if (now > deadline.report_ns) {  // report_ns is ~0 without a progress record
+    deadline.report_ns = ~0ull;
+    if (deadline.progress != nullptr) {
+      *noted = true;
+      note_progress(deadline.progress, true, h.rank, channel, peer);
+    }
+  }
+  return false;
+}
+
+}  // namespace detail
+
 template <class T>
 SYMMEM_DEVICE_INLINE T* peer_ptr(const DeviceHandle& h, int peer) {
   return static_cast<T*>(h.buffers[peer]);
@@ -78,12 +119,16 @@ SYMMEM_DEVICE_INLINE Status put_signal(const DeviceHandle& h, int dst, int chann
   static_assert(kOrder == MemOrder::relaxed || kOrder == MemOrder::release,
                 "put_signal: order must be relaxed or release");
   uint32_t* slot = signal_slot(h, dst, channel, h.rank);
+  bool noted = false;
   while (true) {
     // Poll cheaply; take the slot with one CAS (which carries the release).
     if (load_sys<MemOrder::relaxed>(slot) == 0 && cas_sys<kOrder>(slot, 0u, 1u) == 0u) {
+      if (noted) note_progress(deadline.progress, false, h.rank, channel, dst);
       return Status::ok;
     }
-    if (deadline.expired()) return record_timeout(h, channel, dst);
+    if (detail::spin_expired(h, deadline, &noted, channel, dst)) {
+      return record_timeout(h, channel, dst);
+    }
   }
 }
 
@@ -93,11 +138,15 @@ SYMMEM_DEVICE_INLINE Status wait_signal(const DeviceHandle& h, int src, int chan
   static_assert(kOrder == MemOrder::relaxed || kOrder == MemOrder::acquire,
                 "wait_signal: order must be relaxed or acquire");
   uint32_t* slot = signal_slot(h, h.rank, channel, src);
+  bool noted = false;
   while (true) {
     if (load_sys<MemOrder::relaxed>(slot) == 1 && cas_sys<kOrder>(slot, 1u, 0u) == 1u) {
+      if (noted) note_progress(deadline.progress, false, h.rank, channel, src);
       return Status::ok;
     }
-    if (deadline.expired()) return record_timeout(h, channel, src);
+    if (detail::spin_expired(h, deadline, &noted, channel, src)) {
+      return record_timeout(h, channel, src);
+    }
   }
 }
 
@@ -154,9 +203,13 @@ SYMMEM_DEVICE_INLINE Status wait_signal_warp(const DeviceHandle& h, int src, int
 
 template <MemOrder kOrder>
 SYMMEM_DEVICE_INLINE Status barrier_warp(const DeviceHandle& h, int channel) {
+  return barrier_warp<kOrder>(h, channel, Deadline::of(h));
+}
+
+template <MemOrder kOrder>
+SYMMEM_DEVICE_INLINE Status barrier_warp(const DeviceHandle& h, int channel, Deadline deadline) {
   constexpr MemOrder kPut = detail::put_order(kOrder);
   constexpr MemOrder kWait = detail::wait_order(kOrder);
-  const Deadline deadline = Deadline::of(h);
   __syncwarp();
   fence_sys<kPut>();
   int failed = 0;

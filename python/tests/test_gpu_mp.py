@@ -1,0 +1,122 @@
+"""GPU waits that time out, under symmem-run -n 2 on the cuda backend (issues #17 and #24): a
+Timeout naming rank, channel and peer, on the null stream from the call itself and on an
+explicit stream from the next call; afterwards the process still works (a new group's barrier
+and all-reduce). Skipped without torch, without a GPU, or with another number of ranks."""
+
+import os
+import time
+
+import pytest
+
+if "SYMMEM_WORLD_SIZE" not in os.environ and "WORLD_SIZE" not in os.environ:
+    pytest.skip("not launched by symmem-run (no SYMMEM_WORLD_SIZE)", allow_module_level=True)
+torch = pytest.importorskip("torch", reason="torch is not installed")
+
+import symmem  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def g():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    group = symmem.Group.from_env()
+    if group.world_size != 2:
+        pytest.skip(f"needs 2 ranks, has {group.world_size}")
+    count = torch.cuda.device_count()
+    if count < group.local_world_size and os.environ.get("SYMMEM_ALLOW_SHARED_GPU", "0") in ("0", ""):
+        pytest.skip(f"needs {group.local_world_size} CUDA GPUs (or SYMMEM_ALLOW_SHARED_GPU=1)")
+    torch.cuda.set_device(group.local_rank % count)
+    torch.zeros(1, device="cuda")  # torch's context current before symmem allocates
+    return group
+
+
+def fresh(g):
+    return g.split(list(range(g.world_size)))
+
+
+def assert_names(err, channel=None):
+    msg = str(err)
+    assert "rank 0" in msg and "timed out" in msg and "for rank 1" in msg, msg
+    if channel is not None:
+        assert f"channel {channel}" in msg, msg
+
+
+def assert_usable(g):
+    # A new group: barrier and all-reduce on the GPU, checked.
+    n = fresh(g)
+    x = torch.from_dlpack(symmem.empty((4096,), dtype="float32", device="cuda", group=n))
+    x.fill_(n.rank + 1)
+    symmem.barrier(group=n, device="cuda")
+    symmem.all_reduce(x, op="sum")
+    torch.cuda.synchronize()
+    assert torch.equal(x, torch.full_like(x, 3.0))
+    n.store_barrier()
+
+
+def test_array_barrier_timeout_null_and_explicit_stream(g):
+    f = fresh(g)
+    a = symmem.empty((1024,), dtype="float32", device="cuda", group=f)
+    if f.rank == 0:
+        t0 = time.monotonic()
+        with pytest.raises(symmem.Timeout) as e:
+            a.barrier(channel=3, timeout=1.0)  # null stream: raised by the call
+        assert time.monotonic() - t0 >= 0.9
+        assert isinstance(e.value, TimeoutError)
+        assert_names(e.value, 3)
+        s = torch.cuda.Stream()
+        a.barrier(channel=3, timeout=1.0, stream=s)  # enqueued; the kernel leaves at its deadline
+        s.synchronize()
+        with pytest.raises(symmem.Timeout) as e:
+            a.barrier(channel=4, timeout=1.0, stream=s)  # raised before it launches anything
+        assert_names(e.value, 3)
+        torch.cuda.synchronize()
+    f.store_barrier()
+    del a
+    assert_usable(g)
+
+
+def test_wait_signal_and_unconsumed_put_signal_time_out(g):
+    f = fresh(g)
+    a = symmem.empty((1024,), dtype="float32", device="cuda", group=f)
+    if f.rank == 0:
+        with pytest.raises(symmem.Timeout) as e:
+            a.wait_signal(1, channel=2, timeout=0.5)
+        assert_names(e.value, 2)
+        a.put_signal(1, channel=5, timeout=0.5)  # nobody consumes it
+        with pytest.raises(symmem.Timeout) as e:
+            a.put_signal(1, channel=5, timeout=0.5)
+        assert_names(e.value, 5)
+    f.store_barrier()
+    del a
+    assert_usable(g)
+
+
+def test_lone_group_barrier_times_out(g):
+    f = fresh(g)
+    symmem.barrier(group=f, device="cuda")  # every rank: the group's workspace is set up
+    torch.cuda.synchronize()
+    f.store_barrier()
+    if f.rank == 0:
+        t0 = time.monotonic()
+        with pytest.raises(symmem.Timeout) as e:
+            symmem.barrier(group=f, device="cuda", timeout=1.0)  # null stream: synchronous
+        assert time.monotonic() - t0 >= 0.9
+        assert_names(e.value)
+    f.store_barrier()
+    assert_usable(g)
+
+
+def test_lone_group_barrier_on_a_stream_raises_at_the_next_op(g):
+    f = fresh(g)
+    symmem.barrier(group=f, device="cuda")
+    torch.cuda.synchronize()
+    f.store_barrier()
+    if f.rank == 0:
+        s = torch.cuda.Stream()
+        symmem.barrier(group=f, device="cuda", timeout=1.0, stream=s)  # returns at once
+        s.synchronize()
+        with pytest.raises(symmem.Timeout) as e:
+            symmem.barrier(group=f, device="cuda", timeout=1.0, stream=s)
+        assert_names(e.value)
+    f.store_barrier()
+    assert_usable(g)
