@@ -37,6 +37,15 @@
 namespace symmem {
 namespace {
 
+// A handle on [offset, offset + length) of allocation `a` (every handle the core makes).
+SymmetricMemory view_of(std::shared_ptr<detail::Allocation> a, size_t offset, size_t length) {
+  auto v = std::make_shared<SymmetricMemory::Impl>();
+  v->alloc = std::move(a);
+  v->offset = offset;
+  v->length = length;
+  return SymmetricMemory(std::move(v));
+}
+
 constexpr size_t kMaxAllocationBytes = size_t{1} << 46;  // 64 TiB per rank
 constexpr size_t kWorkspaceGranule = size_t{1} << 20;
 
@@ -475,11 +484,7 @@ SymmetricMemory allocate_impl(const Group& group, size_t bytes, Device device,
                "backend '" << choice.name << "' returned no memory");
   register_range(a);
   SYMMEM_LOG(TRACE, ALLOC) << "rank " << rank << ": " << a->label << " ready";
-  auto impl = std::make_shared<SymmetricMemory::Impl>();
-  impl->alloc = std::move(a);
-  impl->offset = 0;
-  impl->length = bytes;
-  return SymmetricMemory(std::move(impl));
+  return view_of(std::move(a), 0, bytes);
 }
 
 }  // namespace
@@ -621,11 +626,7 @@ SymmetricMemory SymmetricMemory::view(size_t offset, size_t length) const {
                    "offset",
                    "= " << offset << " with length " << length << " exceeds the view's "
                         << impl_->length << " bytes (" << a.label << ")");
-  auto v = std::make_shared<Impl>();
-  v->alloc = impl_->alloc;
-  v->offset = impl_->offset + offset;
-  v->length = length;
-  return SymmetricMemory(std::move(v));
+  return view_of(impl_->alloc, impl_->offset + offset, length);
 }
 
 void SymmetricMemory::free() {
@@ -691,11 +692,7 @@ SymmetricMemory find_symmetric(const Group& group, const void* p, size_t bytes) 
   uintptr_t base = 0;
   auto a = lookup(p, bytes, &base);
   if (!a || a->group_key != group.impl().get()) return {};
-  auto v = std::make_shared<SymmetricMemory::Impl>();
-  v->offset = reinterpret_cast<uintptr_t>(p) - base;
-  v->length = bytes;
-  v->alloc = std::move(a);
-  return SymmetricMemory(std::move(v));
+  return view_of(std::move(a), reinterpret_cast<uintptr_t>(p) - base, bytes);
 }
 
 SymmetricMemory find_symmetric_any(const void* p) {
@@ -703,11 +700,8 @@ SymmetricMemory find_symmetric_any(const void* p) {
   uintptr_t base = 0;
   auto a = lookup(p, 1, &base);
   if (!a) return {};
-  auto v = std::make_shared<SymmetricMemory::Impl>();
-  v->offset = 0;
-  v->length = a->bytes;
-  v->alloc = std::move(a);
-  return SymmetricMemory(std::move(v));
+  const size_t bytes = a->bytes;
+  return view_of(std::move(a), 0, bytes);
 }
 
 SymmetricMemory narrow_to(const SymmetricMemory& whole, const void* p, size_t bytes) {
@@ -720,11 +714,7 @@ SymmetricMemory narrow_to(const SymmetricMemory& whole, const void* p, size_t by
   if (base == 0 || addr < base) return {};
   const size_t off = addr - base;
   if (off >= a->bytes || std::max<size_t>(bytes, 1) > a->bytes - off) return {};
-  auto v = std::make_shared<SymmetricMemory::Impl>();
-  v->alloc = w->alloc;
-  v->offset = off;
-  v->length = bytes;
-  return SymmetricMemory(std::move(v));
+  return view_of(w->alloc, off, bytes);
 }
 
 std::shared_ptr<Backend> backend_of(const SymmetricMemory& buf) {
