@@ -128,6 +128,8 @@ grep -E '^-- symmem' "$OUT/configure.log" | sed 's/^/   /'
 STEP_DETAIL="ninja -j$JOBS -k 0"
 run_step build 330 ninja -C "$BUILD" -j "$JOBS" -k 0
 grep -E '^FAILED|error:' "$OUT/build.log" | head -10 | sed 's/^/   /'
+STEP_DETAIL="no static-library code exported (NOTE [private static libraries])"
+run_step exports 30 bash "$ROOT/scripts/check-exports.sh" "$BUILD"
 
 # Built executables (not the copies the install test puts under tests/install/).
 find_exe() {
