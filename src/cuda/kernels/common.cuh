@@ -421,14 +421,19 @@ SYMMEM_DEVICE_INLINE void store16_any(char* dst, uint4 y) {
   }
 }
 
-// Loads/stores `nb` (<= 8) bytes at any address as the low bytes of a u64 (2-byte accesses
-// where the address and `nb` allow, bytes otherwise: fp8 pieces may be odd).
+// Loads/stores `nb` (<= 8) bytes at `p` as the low bytes of a u64. kEs is the element size:
+// `p` and `nb` are whole elements, so 8-byte elements are always one 8-byte access, 2- and
+// 4-byte elements never need byte accesses, and only fp8 (odd pieces) has the byte path.
+// Keeping the byte path out of the wider types' instances keeps their LL kernels as small as
+// before fp8 (the byte loops doubled the bf16 kernel's SASS and cost ~5% at 256 KiB, 2 ranks).
+template <int kEs>
 SYMMEM_DEVICE_INLINE uint64_t load8_any(const char* p, int nb) {
-  if (nb == 8 && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
+  static_assert(kEs == 1 || kEs == 2 || kEs == 4 || kEs == 8);
+  if (kEs == 8 || (nb == 8 && (reinterpret_cast<uintptr_t>(p) & 7) == 0)) {
     return *reinterpret_cast<const uint64_t*>(p);
   }
   uint64_t v = 0;
-  if (((reinterpret_cast<uintptr_t>(p) | static_cast<uintptr_t>(nb)) & 1) == 0) {
+  if (kEs >= 2 || ((reinterpret_cast<uintptr_t>(p) | static_cast<uintptr_t>(nb)) & 1) == 0) {
     for (int i = 0; i < nb; i += 2) {
       v |= static_cast<uint64_t>(*reinterpret_cast<const unsigned short*>(p + i)) << (8 * i);
     }
@@ -439,12 +444,14 @@ SYMMEM_DEVICE_INLINE uint64_t load8_any(const char* p, int nb) {
   }
   return v;
 }
+template <int kEs>
 SYMMEM_DEVICE_INLINE void store8_any(char* p, uint64_t v, int nb) {
-  if (nb == 8 && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
+  static_assert(kEs == 1 || kEs == 2 || kEs == 4 || kEs == 8);
+  if (kEs == 8 || (nb == 8 && (reinterpret_cast<uintptr_t>(p) & 7) == 0)) {
     *reinterpret_cast<uint64_t*>(p) = v;
     return;
   }
-  if (((reinterpret_cast<uintptr_t>(p) | static_cast<uintptr_t>(nb)) & 1) == 0) {
+  if (kEs >= 2 || ((reinterpret_cast<uintptr_t>(p) | static_cast<uintptr_t>(nb)) & 1) == 0) {
     for (int i = 0; i < nb; i += 2) {
       *reinterpret_cast<unsigned short*>(p + i) = static_cast<unsigned short>(v >> (8 * i));
     }

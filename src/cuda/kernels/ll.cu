@@ -54,7 +54,8 @@ __global__ void __launch_bounds__(kThreads, 2) ll_kernel(const LLArgs a) {
   const uint32_t flag = epoch + 1;
   const size_t slot = a.slot_bytes;
   const size_t parity_off = static_cast<size_t>(epoch & 1) * world * slot;
-  const int64_t es = sizeof(typename Elem<K>::T);
+  constexpr int kEs = static_cast<int>(sizeof(typename Elem<K>::T));
+  const int64_t es = kEs;
   const int64_t piece = a.count * es;
   const int64_t units = (piece + 7) / 8;
   const int64_t gtid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -65,7 +66,7 @@ __global__ void __launch_bounds__(kThreads, 2) ll_kernel(const LLArgs a) {
     const int nb = static_cast<int>(piece - u * 8 < 8 ? piece - u * 8 : 8);
     const size_t at = parity_off + static_cast<size_t>(rank) * slot + static_cast<size_t>(u) * 16;
     if (a.send_stride == 0) {
-      const uint4 pkt = make_packet(load8_any(a.send + u * 8, nb), flag);
+      const uint4 pkt = make_packet(load8_any<kEs>(a.send + u * 8, nb), flag);
       for (int i = 1; i < world; ++i) {
         const int p = rank + i < world ? rank + i : rank + i - world;
         dev::st_v4_volatile(peer(a.ll, p) + at, pkt);
@@ -73,7 +74,7 @@ __global__ void __launch_bounds__(kThreads, 2) ll_kernel(const LLArgs a) {
     } else {
       for (int i = 1; i < world; ++i) {
         const int p = rank + i < world ? rank + i : rank + i - world;
-        const uint64_t v = load8_any(a.send + p * a.send_stride + u * 8, nb);
+        const uint64_t v = load8_any<kEs>(a.send + p * a.send_stride + u * 8, nb);
         dev::st_v4_volatile(peer(a.ll, p) + at, make_packet(v, flag));
       }
     }
@@ -96,7 +97,7 @@ __global__ void __launch_bounds__(kThreads, 2) ll_kernel(const LLArgs a) {
 #pragma unroll
         for (int p = 0; p < kW; ++p) {
           if (p == rank) {
-            v[p] = load8_any(own + u * 8, nb);
+            v[p] = load8_any<kEs>(own + u * 8, nb);
           } else {
             pending |= 1u << p;
           }
@@ -130,7 +131,7 @@ __global__ void __launch_bounds__(kThreads, 2) ll_kernel(const LLArgs a) {
         for (int p = 0; p < world && ok; ++p) {
           uint64_t v;
           if (p == rank) {
-            v = load8_any(own + u * 8, nb);
+            v = load8_any<kEs>(own + u * 8, nb);
           } else {
             ok = poll_packet(mine + static_cast<size_t>(p) * slot + at, flag, deadline, s, p, &v);
           }
@@ -144,19 +145,19 @@ __global__ void __launch_bounds__(kThreads, 2) ll_kernel(const LLArgs a) {
       }
       uint64_t r;
       acc.store(a.red, world, r);
-      store8_any(a.recv + u * 8, r, nb);
+      store8_any<kEs>(a.recv + u * 8, r, nb);
     } else {
       for (int i = 0; i < world && ok; ++i) {
         const int p = rank + i < world ? rank + i : rank + i - world;
         uint64_t v;
         if (p == rank) {
           if (own + u * 8 == a.recv + p * a.recv_stride + u * 8) continue;  // in place
-          v = load8_any(own + u * 8, nb);
+          v = load8_any<kEs>(own + u * 8, nb);
         } else {
           ok = poll_packet(mine + static_cast<size_t>(p) * slot + at, flag, deadline, s, p, &v);
           if (!ok) break;
         }
-        store8_any(a.recv + p * a.recv_stride + u * 8, v, nb);
+        store8_any<kEs>(a.recv + p * a.recv_stride + u * 8, v, nb);
       }
     }
   }
