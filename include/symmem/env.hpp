@@ -58,6 +58,9 @@
   X(socket_dir, "SYMMEM_SOCKET_DIR", "string", "", "",                                             \
     "If set, IPC sockets live in a private (0700) directory created under it; unset: the "         \
     "abstract socket namespace (nothing on disk).")                                                \
+  X(nccl_library, "SYMMEM_NCCL_LIBRARY", "string", "", "",                                         \
+    "libnccl.so.2 for the nccl backend (default: one already loaded, the nvidia-nccl wheel from "  \
+    "Python, the build's).")                                                                       \
   X(allow_shared_gpu, "SYMMEM_ALLOW_SHARED_GPU", "bool", "0", "",                                  \
     "Allow several ranks on one GPU (cuda backend); needs MPS for concurrent kernels.")            \
   X(gpu_blocks_per_sm, "SYMMEM_GPU_BLOCKS_PER_SM", "int", "", "1..2",                              \

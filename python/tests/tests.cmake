@@ -32,7 +32,7 @@ function(symmem_py_test name)
 endfunction()
 
 symmem_py_test(python_single FILES test_single.py test_store.py)
-symmem_py_test(python_torch FILES test_torch.py)
+symmem_py_test(python_torch FILES test_torch.py test_import_order.py)
 symmem_py_test(python_mp_2 NP 2 FILES test_mp.py)
 symmem_py_test(python_mp_3 NP 3 FILES test_mp.py)
 symmem_py_test(python_torch_mp_2 NP 2 FILES test_torch_mp.py LABELS gpu)

@@ -1,4 +1,5 @@
 #include "nccl/nccl_backend.hpp"
+#include "nccl/nccl_library.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -65,7 +66,13 @@ NcclBackend::~NcclBackend() {
 
 bool NcclBackend::can_serve(const Group& group, Device device, std::string* why) const {
   (void)group;
-  return cuda::cuda_device_visible("nccl", device, why);
+  if (!cuda::cuda_device_visible("nccl", device, why)) return false;
+  const Library& lib = library();  // NOTE [which NCCL]
+  if (lib.handle == nullptr) {
+    if (why != nullptr) *why = "nccl: " + lib.why;
+    return false;
+  }
+  return true;
 }
 
 void* NcclBackend::extension(const std::string& name) {

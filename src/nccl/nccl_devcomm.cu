@@ -7,6 +7,7 @@
 #include <new>
 
 #include "nccl/nccl_backend.hpp"
+#include "nccl/nccl_library.hpp"
 
 namespace symmem::nccl {
 
@@ -36,3 +37,24 @@ void dev_comm_destroy(ncclComm_t comm, DevComm* dc) noexcept {
 }
 
 }  // namespace symmem::nccl
+
+// The device-header NCCL entry points the plugin calls, forwarding to the chosen NCCL like the
+// nccl.h ones in nccl_library.cpp (NOTE [which NCCL]; hidden, they bind inside the plugin).
+extern "C" {
+ncclResult_t ncclDevCommCreate(ncclComm_t comm, ncclDevCommRequirements_t const* reqs,
+                               ncclDevComm_t* out) {
+  static const auto fn =
+      reinterpret_cast<decltype(&ncclDevCommCreate)>(symmem::nccl::symbol("ncclDevCommCreate"));
+  return fn != nullptr ? fn(comm, reqs, out) : ncclSystemError;
+}
+ncclResult_t ncclDevCommDestroy(ncclComm_t comm, ncclDevComm_t const* dev_comm) {
+  static const auto fn =
+      reinterpret_cast<decltype(&ncclDevCommDestroy)>(symmem::nccl::symbol("ncclDevCommDestroy"));
+  return fn != nullptr ? fn(comm, dev_comm) : ncclSystemError;
+}
+ncclTeam_t ncclTeamLsa(ncclComm_t comm) {
+  static const auto fn =
+      reinterpret_cast<ncclTeam_t (*)(ncclComm_t)>(symmem::nccl::symbol("ncclTeamLsa"));
+  return fn != nullptr ? fn(comm) : ncclTeam_t{};
+}
+}  // extern "C"

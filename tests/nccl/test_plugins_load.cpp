@@ -1,7 +1,9 @@
 // The nccl and nvshmem plugins load on a machine without a GPU (no unresolved symbols, their
 // dependencies found through the rpath), answer what they support, and refuse CPU memory with a
-// reason. Runs everywhere (label unit); the GPU behaviour is in tests/nccl and tests/nvshmem.
+// reason, and the nccl plugin loads no NCCL before it needs one. Runs everywhere (label unit); the
+// GPU behaviour is in tests/nccl and tests/nvshmem.
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -49,6 +51,10 @@ TEST_P(PluginLoads, LoadsAndDescribesItself) {
   EXPECT_EQ(b->extension("no_such_entry_point"), nullptr);
   if (name == "nccl") {
     EXPECT_NE(b->extension("use_nccl_comm"), nullptr);
+    // NOTE [which NCCL]: loading the plugin (and asking it what it serves) loads no NCCL; a
+    // framework imported later brings its own.
+    EXPECT_EQ(dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD), nullptr)
+        << "the nccl plugin loaded libnccl.so.2 before its first NCCL call";
   }
 }
 
