@@ -66,7 +66,14 @@
   X(gpu_blocks_per_sm, "SYMMEM_GPU_BLOCKS_PER_SM", "int", "", "1..2",                              \
     "Tuning: 512-thread blocks per SM share of the GPU collectives (default: tuning.hpp).")        \
   X(gpu_ll_max_bytes, "SYMMEM_GPU_LL_MAX_BYTES", "int", "", "0..67108864",                         \
-    "Tuning: largest piece the GPU collectives send LL under algo auto (default: tuning.hpp).")
+    "Tuning: largest piece the GPU collectives send LL under algo auto (default: tuning.hpp).")    \
+  X(trace_buffer, "SYMMEM_TRACE_BUFFER", "int", "2000", "0..1000000",                              \
+    "Ops each group's flight recorder keeps (a ring of the most recent); 0: record nothing.")      \
+  X(trace_dir, "SYMMEM_TRACE_DIR", "string", "", "",                                               \
+    "If set, each rank writes its flight recorder to DIR/rank<R>.json on a Timeout or "            \
+    "PeerFailure, on SIGUSR1 and at exit (docs/debugging.md).")                                    \
+  X(trace_file, "SYMMEM_TRACE_FILE", "string", "", "",                                             \
+    "If set, every completed host op appends one JSON line (time, algbw, busbw) to this file.")
 
 namespace symmem::env {
 

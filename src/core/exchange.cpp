@@ -17,6 +17,7 @@
 #include "core/check.hpp"
 #include "core/log.hpp"
 #include "core/store/store.hpp"
+#include "core/trace.hpp"
 #include "core/wait_report.hpp"
 
 namespace symmem {
@@ -96,9 +97,14 @@ std::vector<Bytes> StoreExchange::await(const std::vector<std::string>& keys,
       if (e.code() != ErrorCode::Timeout) throw;
       if (last) {
         std::vector<std::string> missing;
-        for (const auto& k : keys) {
-          if (!store_->check({k})) missing.push_back(k);
+        std::vector<int> missing_ranks;
+        for (size_t i = 0; i < keys.size(); ++i) {
+          if (!store_->check({keys[i]})) {
+            missing.push_back(keys[i]);
+            missing_ranks.push_back(ranks[i]);
+          }
         }
+        detail::note_waiting_for(missing_ranks, false);  // for the flight recorder
         detail::throw_store_timeout(op, missing.empty() ? keys : missing, timeout_);
       }
     }
@@ -122,6 +128,7 @@ std::vector<Bytes> StoreExchange::await(const std::vector<std::string>& keys,
       }
     }
     if (gone.empty()) continue;
+    detail::note_waiting_for(gone, false);  // for the flight recorder (core/trace.hpp)
     std::ostringstream os;
     os << (gone.size() == 1 ? "rank " : "ranks ");
     for (size_t i = 0; i < gone.size() && i < 64; ++i) os << (i ? ", " : "") << gone[i];
@@ -152,6 +159,7 @@ namespace {
       missing.clear();
     }
     if (!missing.empty()) {
+      detail::note_waiting_for(missing, false);  // for the flight recorder (core/trace.hpp)
       os << (missing.size() == 1 ? "rank " : "ranks ");
       for (size_t i = 0; i < missing.size() && i < 64; ++i) os << (i ? ", " : "") << missing[i];
       if (missing.size() > 64) os << " and " << missing.size() - 64 << " more";

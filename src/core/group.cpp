@@ -375,6 +375,9 @@ void release_claim(Store& store, const std::string& key, const Bytes& value) noe
 }  // namespace
 
 Group::Impl::~Impl() {
+  // The root group of the process ends: its exit dump (NOTE [flight recorder]), while every
+  // group's recorder is still registered.
+  if (recorder && name.find('/') == std::string::npos) detail::flight_recorder_exit_dump();
   if (checkout_on_exit && store && world_size > 1) {
     try {
       check_out(*this);
@@ -556,6 +559,8 @@ std::shared_ptr<Group::Impl> make_root_group(std::shared_ptr<Store> store, int r
       ++hosts;
     }
   }
+  g->recorder =
+      detail::make_flight_recorder({g->name, rank, world_size, g->global_ranks, world_size});
   SYMMEM_LOG(INFO, INIT) << "group " << g->name << ": rank " << rank << " of " << world_size
                          << ", local rank " << g->local_rank << " of " << g->local_world_size
                          << ", " << hosts << (hosts == 1 ? " host" : " hosts") << ", host id '"
@@ -678,6 +683,9 @@ Group Group::split(const std::vector<int>& ranks) const {
     rethrow_with(e, std::string(op) + "(ranks=" + list_for_message(sorted) + ") of " + p->name, *g);
   }
   g->barrier_x->set_what("group " + g->name + ": store_barrier", detail::Subsys::INIT);
+  g->recorder = detail::make_flight_recorder(
+      {g->name, g->rank, g->world_size, g->global_ranks,
+       p->recorder ? p->recorder->info().root_world_size : p->world_size});
   SYMMEM_LOG(INFO, INIT) << "group " << g->name << ": rank " << g->rank << " of " << g->world_size
                          << " (global rank " << g->global_ranks[g->rank] << ")";
   return Group(g);

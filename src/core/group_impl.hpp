@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/exchange.hpp"
+#include "core/trace.hpp"
 #include "symmem/error.hpp"
 #include "symmem/group.hpp"
 #include "symmem/store.hpp"
@@ -44,6 +45,8 @@ struct Group::Impl {
   // The device of the group's most recent user allocation (workspaces excluded), the device of
   // ops and barriers given none (ops.hpp): -2 none yet, -1 the CPU, k >= 0 cuda:k.
   std::atomic<int> last_alloc_device{-2};
+  // The group's flight recorder (NOTE [flight recorder] in core/trace.hpp); null when off.
+  std::unique_ptr<detail::FlightRecorder> recorder;
 
   ~Impl();
 };

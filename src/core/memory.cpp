@@ -28,6 +28,7 @@
 #include "core/memory_registry.hpp"
 #include "core/registry.hpp"
 #include "core/timeout.hpp"
+#include "core/trace.hpp"
 #include "core/workspace.hpp"
 #include "symmem/backend.hpp"
 #include "symmem/env.hpp"
@@ -438,7 +439,8 @@ std::shared_ptr<detail::Allocation> new_allocation(const Group& group, const Ren
 }
 
 SymmetricMemory allocate_impl(const Group& group, size_t bytes, Device device,
-                              const AllocOptions& options, bool workspace) {
+                              const AllocOptions& options, bool workspace,
+                              detail::TraceScope* trace = nullptr) {
   const char* op = kAllocOp;
   if (!group.valid()) throw_invalid_argument(op, -1, "group", "is not a valid Group");
   const int rank = group.rank();
@@ -471,6 +473,7 @@ SymmetricMemory allocate_impl(const Group& group, size_t bytes, Device device,
   if (!local_error.empty()) throw Error(local_code, local_error);
   check_agreement(group, seq, all);
   note_backend_choice(group, device, choice);
+  if (trace) trace->start(choice.name, device, nullptr, bytes, bytes, true);
 
   RendezvousInfo info;
   info.alloc_id = seq;
@@ -648,7 +651,24 @@ const std::shared_ptr<BackendMemory>& SymmetricMemory::backend_memory() const {
 
 SymmetricMemory allocate(const Group& group, size_t bytes, Device device,
                          const AllocOptions& options) {
-  return allocate_impl(group, bytes, device, options, false);
+  detail::TraceScope trace(group.valid() ? group.impl()->recorder.get() : nullptr);
+  if (!trace.active()) return allocate_impl(group, bytes, device, options, false);
+  detail::TraceOp t;
+  t.op = detail::kTraceAlloc;  // "alloc" (NOTE [flight recorder] in core/trace.hpp)
+  t.count = bytes;
+  trace.begin(t);
+  try {
+    SymmetricMemory m = allocate_impl(group, bytes, device, options, false, &trace);
+    trace.completed();
+    return m;
+  } catch (const Error& e) {
+    trace.set_backend(std::string(), device);
+    trace.failed(e);
+    throw;
+  } catch (const std::exception& e) {
+    trace.failed(e.what());
+    throw;
+  }
 }
 
 void select_backend(const std::string& name) {

@@ -32,6 +32,7 @@
 #include "core/pad_sync.hpp"
 #include "core/registry.hpp"
 #include "core/timeout.hpp"
+#include "core/trace.hpp"
 #include "core/workspace.hpp"
 #include "symmem/backend.hpp"
 #include "symmem/env.hpp"
@@ -526,10 +527,42 @@ void check_collective(Call& c) {
   }
 }
 
+// What the flight recorder keeps of a call (NOTE [flight recorder] in core/trace.hpp).
+detail::TraceOp trace_op(const Call& c) {
+  detail::TraceOp t;
+  t.op = static_cast<int>(c.kind);
+  if (c.info.collective()) {
+    t.dtype = static_cast<int>(c.dtype);
+    t.algo = static_cast<int>(c.algo);
+  }
+  if (c.info.reduces()) t.redop = static_cast<int>(c.redop);
+  t.root = c.root;
+  t.count = c.count;
+  return t;
+}
+
+// The message size of a checked call, as nccl-tests counts it: the larger buffer of a rank.
+uint64_t trace_bytes(const Call& c) {
+  if (!c.info.collective()) return 0;
+  const size_t es = dtype_size(c.dtype);
+  if (c.info.send == op_table::Blocks::var) return c.count * es;
+  return std::max(block_elems(c.info.send, c.count, c.world),
+                  block_elems(c.info.recv, c.count, c.world)) *
+         es;
+}
+
+// Records a failed call, with what was learnt of its backend and device.
+void trace_failed(detail::TraceScope& trace, const Call& c, const Error& e) noexcept {
+  if (!trace.active()) return;
+  try {
+    trace.set_backend(c.backend ? c.backend->name() : std::string(), c.device);
+  } catch (...) {
+  }
+  trace.failed(e);
+}
+
 template <class Check>
-void run_collective(Call& c, const OpOptions& o, Check&& check) {
-  if (!c.group || !c.group->valid())
-    throw_invalid_argument(c.op, -1, "group", "is not a valid group (default-constructed?)");
+void run_collective_traced(Call& c, const OpOptions& o, Check& check, detail::TraceScope& trace) {
   c.rank = c.group->rank();
   c.world = c.group->world_size();
   c.timeout = detail::resolve_timeout(kDefaultTimeout);  // until checked below
@@ -561,7 +594,31 @@ void run_collective(Call& c, const OpOptions& o, Check&& check) {
     if (forced != "auto") c.algo = parse_algo(forced, "SYMMEM_ALGO");
   }
   OpArgs args = make_args(c, o);
+  const bool gpu = c.device.is_cuda();
+  if (trace.active())
+    trace.start(c.backend->name(), c.device, o.stream, c.count, trace_bytes(c), !gpu);
   c.backend->run(args);
+  if (gpu)
+    trace.launched();  // HOOK [device timestamps] (core/trace.hpp)
+  else
+    trace.completed();
+}
+
+template <class Check>
+void run_collective(Call& c, const OpOptions& o, Check&& check) {
+  if (!c.group || !c.group->valid())
+    throw_invalid_argument(c.op, -1, "group", "is not a valid group (default-constructed?)");
+  detail::TraceScope trace(c.group->impl()->recorder.get());
+  if (trace.active()) trace.begin(trace_op(c));
+  try {
+    run_collective_traced(c, o, check, trace);
+  } catch (const Error& e) {
+    trace_failed(trace, c, e);
+    throw;
+  } catch (const std::exception& e) {
+    trace.failed(e.what());
+    throw;
+  }
 }
 
 void run_collective(Call& c, const OpOptions& o) {
@@ -742,12 +799,42 @@ void broadcast(const void* send, void* recv, size_t count, DType dtype, int root
 
 // ---- put / get ---------------------------------------------------------------------------------
 namespace {
+void one_sided_traced(OpKind kind, const SymmetricMemory& target, size_t offset, const void* src,
+                      void* dst, size_t bytes, int peer, const P2POptions& o,
+                      detail::TraceScope& trace);
+
 void one_sided(OpKind kind, const SymmetricMemory& target, size_t offset, const void* src,
                void* dst, size_t bytes, int peer, const P2POptions& o) {
   const OpInfo& info = op_info(kind);
   const char* op = info.name;
   const char* target_arg = kind == OpKind::put ? "dst" : "src";
   check_usable(target, op, target_arg);
+  detail::TraceScope trace(target.group().impl()->recorder.get());
+  if (trace.active()) {
+    detail::TraceOp t;
+    t.op = static_cast<int>(kind);
+    t.root = peer;
+    t.count = bytes;
+    t.one_sided = true;  // no seq of its own (NOTE [flight recorder])
+    trace.begin(t);
+  }
+  try {
+    one_sided_traced(kind, target, offset, src, dst, bytes, peer, o, trace);
+  } catch (const Error& e) {
+    if (trace.active()) trace.set_backend(target.backend(), target.device());
+    trace.failed(e);
+    throw;
+  } catch (const std::exception& e) {
+    trace.failed(e.what());
+    throw;
+  }
+}
+
+void one_sided_traced(OpKind kind, const SymmetricMemory& target, size_t offset, const void* src,
+                      void* dst, size_t bytes, int peer, const P2POptions& o,
+                      detail::TraceScope& trace) {
+  const OpInfo& info = op_info(kind);
+  const char* op = info.name;
   int rank = target.rank(), world = target.world_size();
   if (peer < 0 || peer >= world)
     throw_invalid_argument(
@@ -802,7 +889,13 @@ void one_sided(OpKind kind, const SymmetricMemory& target, size_t offset, const 
   a.timeout = timeout;
   Device device = target.device();
   a.workspace = [group, device](size_t b) { return group_workspace(group, device, b); };
+  const bool gpu = device.is_cuda();
+  if (trace.active()) trace.start(target.backend(), device, o.stream, bytes, bytes, !gpu);
   backend->run(a);
+  if (gpu)
+    trace.launched();  // HOOK [device timestamps] (core/trace.hpp)
+  else
+    trace.completed();
 }
 }  // namespace
 
@@ -823,14 +916,30 @@ void barrier(const Group& group, const OpOptions& options) {
   if (!group.valid()) throw_invalid_argument("barrier", -1, "group", "is not a valid group");
   c.rank = group.rank();
   c.world = group.world_size();
+  detail::TraceScope trace(group.impl()->recorder.get());
+  if (trace.active()) trace.begin(trace_op(c));
   try {
-    c.timeout = op_timeout(c.op, c.rank, options.timeout);
-    resolve_backend_for(c, options.device);
-  } catch (const ArgFailure& f) {
-    throw f.error;
+    try {
+      c.timeout = op_timeout(c.op, c.rank, options.timeout);
+      resolve_backend_for(c, options.device);
+    } catch (const ArgFailure& f) {
+      throw f.error;
+    }
+    OpArgs args = make_args(c, options);
+    const bool gpu = c.device.is_cuda();
+    if (trace.active()) trace.start(c.backend->name(), c.device, options.stream, 0, 0, !gpu);
+    c.backend->run(args);
+    if (gpu)
+      trace.launched();  // HOOK [device timestamps] (core/trace.hpp)
+    else
+      trace.completed();
+  } catch (const Error& e) {
+    trace_failed(trace, c, e);
+    throw;
+  } catch (const std::exception& e) {
+    trace.failed(e.what());
+    throw;
   }
-  OpArgs args = make_args(c, options);
-  c.backend->run(args);
 }
 
 }  // namespace symmem

@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "core/trace.hpp"
 #include "core/wait_report.hpp"
 #include "symmem/backend.hpp"
 #include "symmem/error.hpp"
@@ -156,6 +157,8 @@ class PadSync {
       if (report.due(now)) report_missing(report, src);
       if (now >= deadline_) {
         sleeping.store(0, std::memory_order_seq_cst);
+        const int global_src = ws_.global_rank(src);
+        note_waiting_for(&global_src, 1, true);  // for the flight recorder (core/trace.hpp)
         throw_error(ErrorCode::Timeout, op_, rank_,
                     "timed out after " + std::to_string(timeout_.count()) +
                         " ms waiting for rank " + std::to_string(src) + " (channel " +

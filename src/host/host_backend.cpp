@@ -27,6 +27,7 @@
 #include "core/ipc_channel.hpp"
 #include "core/log.hpp"
 #include "core/memory_registry.hpp"
+#include "core/trace.hpp"
 #include "host/host_backend.hpp"
 #include "host/host_ops.hpp"
 #include "host/host_sync.hpp"
@@ -297,6 +298,12 @@ class HostMemory final : public BackendMemory {
       if (w && !w->alive()) dead << (n++ ? ", " : "") << who(p) << " (pid " << w->pid() << ")";
     }
     if (n == 0) return;
+    std::vector<int> gone;
+    for (int p : peers) {
+      const auto& w = watch_[p];
+      if (w && !w->alive()) gone.push_back(global_[p]);
+    }
+    detail::note_waiting_for(gone, true);  // for the flight recorder (core/trace.hpp)
     std::ostringstream os;
     os << "peer " << dead.str() << (n == 1 ? " has" : " have") << " exited while " << who(rank_)
        << " waited on channel " << channel << " of " << label_;
@@ -339,6 +346,12 @@ class HostMemory final : public BackendMemory {
       if (now >= deadline) {
         std::vector<Pending> p;
         pending(&p);
+        std::vector<int> peers;
+        for (const auto& x : p) {
+          if (std::find(peers.begin(), peers.end(), global_[x.peer]) == peers.end())
+            peers.push_back(global_[x.peer]);
+        }
+        detail::note_waiting_for(peers, true);  // for the flight recorder (core/trace.hpp)
         std::ostringstream os;
         os << "timed out after " << timeout.count() << " ms on channel " << channel << " of "
            << label_ << " as " << who(rank_) << ", waiting for ";

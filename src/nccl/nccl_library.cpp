@@ -98,9 +98,8 @@ Library load() {
       const char* e = dlerror();
       tried += (tried.empty() ? "" : "; ") + c.file + " (" + c.source + "): " + (e ? e : "?");
       if (explicit_choice) {
-        SYMMEM_LOG(WARN, PLUGIN) << "nccl: SYMMEM_NCCL_LIBRARY=" << c.file
-                                 << " cannot be loaded (" << (e ? e : "?")
-                                 << "); trying the others";
+        SYMMEM_LOG(WARN, PLUGIN) << "nccl: SYMMEM_NCCL_LIBRARY=" << c.file << " cannot be loaded ("
+                                 << (e ? e : "?") << "); trying the others";
       }
       continue;
     }
@@ -143,11 +142,10 @@ void* symbol(const char* name) noexcept {
 // ---- the plugin's NCCL entry points (hidden: they bind inside the plugin only) ----------------
 // Each resolves its symbol once; with no NCCL they fail like NCCL would (ncclSystemError), and
 // ncclGetLastError/ncclGetErrorString say why.
-#define SYMMEM_NCCL_FORWARD(name, params, args)                                     \
-  ncclResult_t name params {                                                        \
-    static const auto fn = reinterpret_cast<decltype(&name)>(                       \
-        symmem::nccl::symbol(#name));                                               \
-    return fn != nullptr ? fn args : ncclSystemError;                               \
+#define SYMMEM_NCCL_FORWARD(name, params, args)                                            \
+  ncclResult_t name params {                                                               \
+    static const auto fn = reinterpret_cast<decltype(&name)>(symmem::nccl::symbol(#name)); \
+    return fn != nullptr ? fn args : ncclSystemError;                                      \
   }
 
 extern "C" {
@@ -186,8 +184,8 @@ SYMMEM_NCCL_FORWARD(ncclBroadcast,
                      ncclComm_t comm, cudaStream_t stream),
                     (send, recv, count, type, root, comm, stream))
 SYMMEM_NCCL_FORWARD(ncclSend,
-                    (const void* send, size_t count, ncclDataType_t type, int peer,
-                     ncclComm_t comm, cudaStream_t stream),
+                    (const void* send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                     cudaStream_t stream),
                     (send, count, type, peer, comm, stream))
 SYMMEM_NCCL_FORWARD(ncclRecv,
                     (void* recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,

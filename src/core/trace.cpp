@@ -1,0 +1,671 @@
+// The flight recorder, its dumps and the metrics file (NOTE [flight recorder] in trace.hpp).
+
+#include "core/trace.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "core/log.hpp"
+#include "symmem/env.hpp"
+#include "symmem/op_table.hpp"
+
+namespace symmem::detail {
+namespace {
+
+int64_t now_ns() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// ---- wait notes ---------------------------------------------------------------------------------
+struct WaitNote {
+  int64_t ns = 0;  // when it was made (CLOCK_REALTIME); 0: never
+  int n = 0;
+  bool global = false;
+  int ranks[kWaitNoteRanks] = {};
+};
+thread_local WaitNote t_note;
+
+// ---- process state (immortal: NOTE [immortal statics] in env.cpp) -----------------------------
+struct Registry {
+  std::timed_mutex mu;  // guards recs; held by a dump while it reads them
+  std::vector<FlightRecorder*> recs;
+};
+Registry& registry() {
+  static auto* r = new Registry;
+  return *r;
+}
+
+std::atomic<bool> g_failure_dumped{false};
+std::atomic<int> g_metrics_fd{-1};
+std::atomic<int> g_last_rank{-1};
+std::atomic<int> g_last_world{0};
+std::mutex g_setup_mu;  // metrics file and signal setup
+std::string* g_metrics_path = new std::string;
+bool g_signal_setup = false;
+int g_signal_pipe[2] = {-1, -1};
+
+// Sequence lock of an entry (written by one thread at a time: the op's).
+inline void write_begin(TraceEntry* e) noexcept {
+  e->version.store(e->version.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+}
+inline void write_end(TraceEntry* e) noexcept {
+  e->version.store(e->version.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+}
+
+void copy_cstr(char* dst, size_t cap, const char* src) noexcept {
+  size_t n = src ? std::strlen(src) : 0;
+  if (n >= cap) n = cap - 1;
+  if (n) std::memcpy(dst, src, n);
+  dst[n] = '\0';
+}
+
+// Scratch entry of a recorder that keeps nothing (SYMMEM_TRACE_BUFFER=0 with a metrics file).
+thread_local TraceEntry t_scratch{};
+
+// ---- JSON ---------------------------------------------------------------------------------------
+void json_str(std::string& out, const char* s) {
+  if (s == nullptr) {
+    out += "null";
+    return;
+  }
+  out += '"';
+  for (const unsigned char* p = reinterpret_cast<const unsigned char*>(s); *p; ++p) {
+    const unsigned char c = *p;
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += '"';
+}
+void json_str(std::string& out, const std::string& s) {
+  json_str(out, s.c_str());
+}
+void json_int(std::string& out, int64_t v) {
+  out += std::to_string(v);
+}
+void json_uint(std::string& out, uint64_t v) {
+  out += std::to_string(v);
+}
+void json_ns(std::string& out, int64_t v) {
+  if (v == 0)
+    out += "null";
+  else
+    json_int(out, v);
+}
+
+const char* op_name(int op) noexcept {
+  if (op == kTraceAlloc) return "alloc";
+  if (op < 0 || op >= kOpCount) return "unknown";
+  return to_string(static_cast<OpKind>(op));
+}
+const char* state_name(TraceState s) noexcept {
+  switch (s) {
+    case TraceState::enqueued:
+      return "enqueued";
+    case TraceState::started:
+      return "started";
+    case TraceState::completed:
+      return "completed";
+    case TraceState::failed:
+      return "failed";
+  }
+  return "enqueued";
+}
+std::string device_name(int type, int index) {
+  if (type == static_cast<int>(DeviceType::cpu)) return "cpu";
+  return "cuda:" + std::to_string(index);
+}
+
+void entry_json(std::string& out, const TraceEntryCopy& e) {
+  out += "{\"seq\": ";
+  json_uint(out, e.seq);
+  out += ", \"op\": ";
+  json_str(out, op_name(e.op));
+  out += ", \"dtype\": ";
+  json_str(out, e.dtype >= 0 ? to_string(static_cast<DType>(e.dtype)) : nullptr);
+  out += ", \"count\": ";
+  json_uint(out, e.count);
+  out += ", \"bytes\": ";
+  json_uint(out, e.bytes);
+  out += ", \"redop\": ";
+  json_str(out, e.redop >= 0 ? to_string(static_cast<ReduceOp>(e.redop)) : nullptr);
+  out += ", \"root\": ";
+  json_int(out, e.root);
+  out += ", \"algo\": ";
+  json_str(out, e.algo >= 0 ? to_string(static_cast<Algo>(e.algo)) : nullptr);
+  out += ", \"backend\": ";
+  json_str(out, e.backend[0] ? e.backend : nullptr);
+  out += ", \"device\": ";
+  json_str(out, device_name(e.device_type, e.device_index));
+  out += ", \"stream\": ";
+  json_uint(out, e.stream);
+  out += ", \"state\": ";
+  json_str(out, state_name(e.state));
+  out += ", \"enqueue_ns\": ";
+  json_ns(out, e.enqueue_ns);
+  out += ", \"start_ns\": ";
+  json_ns(out, e.start_ns);
+  out += ", \"end_ns\": ";
+  json_ns(out, e.end_ns);
+  out += ", \"error\": ";
+  json_str(out, e.error[0] ? e.error : nullptr);
+  out += ", \"waiting_for\": [";
+  for (int i = 0; i < e.n_waiting; ++i) {
+    if (i) out += ", ";
+    json_int(out, e.waiting_for[i]);
+  }
+  out += "]";
+  if (e.one_sided) out += ", \"one_sided\": true";
+  out += "}";
+}
+
+void group_json(std::string& out, const FlightRecorder& r) {
+  const auto& g = r.info();
+  const std::vector<TraceEntryCopy> entries = r.entries();
+  std::string backend;
+  for (auto it = entries.rbegin(); it != entries.rend() && backend.empty(); ++it)
+    backend = it->backend;
+  if (backend.empty()) {
+    try {
+      backend = env::backend();
+    } catch (...) {
+      backend = "auto";
+    }
+  }
+  out += "    {\"name\": ";
+  json_str(out, g.name);
+  out += ", \"rank\": ";
+  json_int(out, g.rank);
+  out += ", \"world_size\": ";
+  json_int(out, g.world_size);
+  out += ", \"global_ranks\": [";
+  for (size_t i = 0; i < g.global_ranks.size(); ++i) {
+    if (i) out += ", ";
+    json_int(out, g.global_ranks[i]);
+  }
+  out += "], \"backend\": ";
+  json_str(out, backend);
+  out += ",\n     \"last_enqueued\": ";
+  json_uint(out, r.last_enqueued());
+  out += ", \"last_completed\": ";
+  json_uint(out, r.last_completed());
+  out += ",\n     \"entries\": [";
+  for (size_t i = 0; i < entries.size(); ++i) {
+    out += i ? ",\n       " : "\n       ";
+    entry_json(out, entries[i]);
+  }
+  out += entries.empty() ? "]}" : "\n     ]}";
+}
+
+// The process's global rank and world size: from a root group when one is alive.
+void process_rank(const std::vector<FlightRecorder*>& recs, int* rank, int* world) {
+  *rank = g_last_rank.load();
+  *world = g_last_world.load();
+  for (const FlightRecorder* r : recs) {
+    const auto& g = r->info();
+    if (g.rank < 0 || g.rank >= static_cast<int>(g.global_ranks.size())) continue;
+    *rank = g.global_ranks[g.rank];
+    *world = g.root_world_size;
+    if (g.name.find('/') == std::string::npos) break;  // a root group: its answer wins
+  }
+}
+
+// Builds the dump with the registry held by the caller.
+std::string build_json(const std::vector<FlightRecorder*>& recs, const char* reason,
+                       const char* error, int rank, int world) {
+  std::string out;
+  out.reserve(4096);
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "unknown");
+  int64_t buffer = 0;
+  try {
+    buffer = env::trace_buffer();
+  } catch (...) {
+    buffer = recs.empty() ? 0 : static_cast<int64_t>(recs.front()->capacity());
+  }
+  out += "{\"format\": \"symmem-trace\", \"version\": 1,\n \"rank\": ";
+  json_int(out, rank);
+  out += ", \"world_size\": ";
+  json_int(out, world);
+  out += ", \"host\": ";
+  json_str(out, host);
+  out += ", \"pid\": ";
+  json_int(out, getpid());
+  out += ",\n \"reason\": ";
+  json_str(out, reason);
+  out += ", \"time_ns\": ";
+  json_int(out, now_ns());
+  out += ",\n \"error\": ";
+  json_str(out, error);
+  out += ",\n \"buffer\": ";
+  json_int(out, buffer);
+  out += ",\n \"groups\": [";
+  for (size_t i = 0; i < recs.size(); ++i) {
+    out += i ? ",\n" : "\n";
+    group_json(out, *recs[i]);
+  }
+  out += recs.empty() ? "]}\n" : "\n ]}\n";
+  return out;
+}
+
+void make_dirs(const std::string& dir) {
+  for (size_t i = 1; i <= dir.size(); ++i) {
+    if (i == dir.size() || dir[i] == '/') ::mkdir(dir.substr(0, i).c_str(), 0755);
+  }
+}
+
+bool write_file(const std::string& dir, int rank, const std::string& text) {
+  make_dirs(dir);
+  const std::string path = dir + "/rank" + std::to_string(rank) + ".json";
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return ::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+// ---- metrics ------------------------------------------------------------------------------------
+void open_metrics(const std::string& path) {
+  std::lock_guard<std::mutex> lock(g_setup_mu);
+  if (path == *g_metrics_path) return;
+  int old = g_metrics_fd.exchange(-1);
+  if (old >= 0) ::close(old);
+  *g_metrics_path = path;
+  if (path.empty()) return;
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    SYMMEM_LOG(WARN, INIT) << "SYMMEM_TRACE_FILE=" << path << ": cannot open: "
+                           << std::strerror(errno) << "; no metrics are written";
+    return;
+  }
+  g_metrics_fd.store(fd);
+}
+
+void write_metrics(int fd, const FlightRecorder& r, const TraceEntry& e) noexcept {
+  const auto& g = r.info();
+  const double us = static_cast<double>(e.end_ns - e.enqueue_ns) / 1e3;
+  const double algbw = us > 0 ? static_cast<double>(e.bytes) / (us * 1e3) : 0.0;  // GB/s
+  double factor = 0;
+  if (e.op >= 0 && e.op < kOpCount)
+    factor = busbw_factor(op_table_rows()[e.op].busbw, g.world_size);
+  const int rank = g.rank >= 0 && g.rank < static_cast<int>(g.global_ranks.size())
+                       ? g.global_ranks[g.rank]
+                       : g.rank;
+  auto quoted = [](const char* s, char* buf, size_t cap) {
+    if (s == nullptr || *s == '\0') return std::snprintf(buf, cap, "null");
+    return std::snprintf(buf, cap, "\"%s\"", s);
+  };
+  char dtype[40], algo[40];
+  quoted(e.dtype >= 0 ? to_string(static_cast<DType>(e.dtype)) : nullptr, dtype, sizeof(dtype));
+  quoted(e.algo >= 0 ? to_string(static_cast<Algo>(e.algo)) : nullptr, algo, sizeof(algo));
+  char line[768];
+  int n = std::snprintf(
+      line, sizeof(line),
+      "{\"rank\":%d,\"group\":\"%s\",\"seq\":%llu,\"op\":\"%s\",\"dtype\":%s,\"count\":%llu,"
+      "\"bytes\":%llu,\"algo\":%s,\"backend\":\"%s\",\"us\":%.3f,\"algbw_GBps\":%.4f,"
+      "\"busbw_GBps\":%.4f}\n",
+      rank, g.name.c_str(), static_cast<unsigned long long>(e.seq), op_name(e.op), dtype,
+      static_cast<unsigned long long>(e.count), static_cast<unsigned long long>(e.bytes), algo,
+      e.backend, us, algbw, algbw * factor);
+  if (n <= 0) return;
+  if (n >= static_cast<int>(sizeof(line))) {
+    n = sizeof(line) - 1;
+    line[n - 1] = '\n';
+  }
+  ssize_t w;
+  do {
+    w = ::write(fd, line, static_cast<size_t>(n));  // one write per line (O_APPEND)
+  } while (w < 0 && errno == EINTR);
+}
+
+// ---- SIGUSR1 ------------------------------------------------------------------------------------
+void on_sigusr1(int) {
+  const int saved = errno;
+  const int fd = g_signal_pipe[1];
+  if (fd >= 0) {
+    char c = 'u';
+    [[maybe_unused]] ssize_t n = ::write(fd, &c, 1);  // async-signal-safe; a full pipe drops it
+  }
+  errno = saved;
+}
+
+void dumper_thread(int fd) {
+  for (;;) {
+    char buf[64];
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    dump_flight_recorders("signal", nullptr);
+  }
+}
+
+void at_exit() {
+  bool live = false;
+  {
+    std::unique_lock<std::timed_mutex> lock(registry().mu, std::chrono::milliseconds(100));
+    if (!lock.owns_lock()) return;
+    live = !registry().recs.empty();
+  }
+  if (live && !g_failure_dumped.load()) dump_flight_recorders("exit", nullptr);
+}
+
+// Called with the first recorder of a process that has SYMMEM_TRACE_DIR set.
+void setup_dumps() {
+  std::lock_guard<std::mutex> lock(g_setup_mu);
+  if (g_signal_setup) return;
+  g_signal_setup = true;
+  std::atexit(at_exit);
+  struct sigaction old {};
+  if (sigaction(SIGUSR1, nullptr, &old) != 0) return;
+  const bool default_action = (old.sa_flags & SA_SIGINFO) == 0 && old.sa_handler == SIG_DFL;
+  if (!default_action) {
+    SYMMEM_LOG(INFO, INIT) << "SIGUSR1 has a handler already; flight-recorder dumps on SIGUSR1 "
+                              "are off (they still happen on Timeout/PeerFailure and at exit)";
+    return;
+  }
+  if (::pipe2(g_signal_pipe, O_CLOEXEC) != 0) return;
+  ::fcntl(g_signal_pipe[1], F_SETFL, O_NONBLOCK);
+  try {
+    std::thread(dumper_thread, g_signal_pipe[0]).detach();
+  } catch (...) {
+    return;
+  }
+  struct sigaction sa {};
+  sa.sa_handler = on_sigusr1;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &sa, nullptr);
+}
+
+}  // namespace
+
+// ---- wait notes ---------------------------------------------------------------------------------
+void note_waiting_for(const int* ranks, int n, bool global) noexcept {
+  WaitNote& w = t_note;
+  w.n = std::min(std::max(n, 0), kWaitNoteRanks);
+  for (int i = 0; i < w.n; ++i) w.ranks[i] = ranks[i];
+  w.global = global;
+  w.ns = now_ns();
+}
+
+// ---- TraceScope ---------------------------------------------------------------------------------
+void TraceScope::begin_(const TraceOp& op) noexcept {
+  begin_ns_ = now_ns();
+  one_sided_ = op.one_sided;
+  seq_ = op.one_sided ? rec_->seq_.load(std::memory_order_relaxed)
+                      : rec_->seq_.fetch_add(1, std::memory_order_relaxed) + 1;
+  TraceEntry* e = rec_->capacity_ != 0
+                      ? rec_->slot(rec_->slots_.fetch_add(1, std::memory_order_relaxed))
+                      : &t_scratch;
+  write_begin(e);
+  e->state = TraceState::enqueued;
+  e->one_sided = op.one_sided ? 1 : 0;
+  e->n_waiting = 0;
+  e->device_type = static_cast<uint8_t>(DeviceType::cpu);
+  e->device_index = 0;
+  e->op = op.op;
+  e->dtype = op.dtype;
+  e->redop = op.redop;
+  e->algo = op.algo;
+  e->root = op.root;
+  e->seq = seq_;
+  e->count = op.count;
+  e->bytes = 0;
+  e->stream = 0;
+  e->enqueue_ns = begin_ns_;
+  e->start_ns = 0;
+  e->end_ns = 0;
+  e->backend[0] = '\0';
+  e->error[0] = '\0';
+  write_end(e);
+  e_ = e;
+}
+
+void TraceScope::set_backend_(const char* backend, Device device) noexcept {
+  if (started_) return;
+  write_begin(e_);
+  copy_cstr(e_->backend, sizeof(e_->backend), backend);
+  e_->device_type = static_cast<uint8_t>(device.type);
+  e_->device_index = device.index;
+  write_end(e_);
+}
+
+void TraceScope::start_(const char* backend, Device device, const void* stream, uint64_t count,
+                        uint64_t bytes, bool synchronous) noexcept {
+  if (!e_) return;
+  started_ = true;
+  const int64_t t = now_ns();
+  write_begin(e_);
+  copy_cstr(e_->backend, sizeof(e_->backend), backend);
+  e_->device_type = static_cast<uint8_t>(device.type);
+  e_->device_index = device.index;
+  e_->stream = reinterpret_cast<uintptr_t>(stream);
+  e_->count = count;
+  e_->bytes = bytes;
+  // A GPU op is only enqueued here; its start is the device's (HOOK [device timestamps]).
+  if (synchronous) {
+    e_->state = TraceState::started;
+    e_->start_ns = t;
+  }
+  write_end(e_);
+}
+
+void TraceScope::finish_(bool completed) noexcept {
+  if (!e_) return;
+  if (!completed) {
+    // HOOK [device timestamps]: record the op's start/end events on e_->stream here.
+    e_ = nullptr;
+    return;
+  }
+  const int64_t t = now_ns();
+  write_begin(e_);
+  e_->state = TraceState::completed;
+  e_->end_ns = t;
+  write_end(e_);
+  if (!one_sided_) {
+    uint64_t c = rec_->completed_.load(std::memory_order_relaxed);
+    while (seq_ > c &&
+           !rec_->completed_.compare_exchange_weak(c, seq_, std::memory_order_relaxed)) {
+    }
+  }
+  const int fd = g_metrics_fd.load(std::memory_order_relaxed);
+  if (fd >= 0) write_metrics(fd, *rec_, *e_);
+  e_ = nullptr;
+}
+
+void TraceScope::failed_(ErrorCode code, const char* what) noexcept {
+  if (!e_) return;
+  const int64_t t = now_ns();
+  const WaitNote& note = t_note;
+  write_begin(e_);
+  e_->state = TraceState::failed;
+  e_->end_ns = t;
+  copy_cstr(e_->error, sizeof(e_->error), what);
+  e_->n_waiting = 0;
+  if (note.ns != 0 && note.ns >= begin_ns_) {
+    const auto& global = rec_->info_.global_ranks;
+    for (int i = 0; i < note.n; ++i) {
+      int r = note.ranks[i];
+      if (!note.global) {
+        if (r < 0 || r >= static_cast<int>(global.size())) continue;
+        r = global[r];
+      }
+      e_->waiting_for[e_->n_waiting++] = r;
+    }
+  }
+  write_end(e_);
+  e_ = nullptr;
+  if (code == ErrorCode::Timeout || code == ErrorCode::PeerFailure) {
+    if (dump_flight_recorders(code == ErrorCode::Timeout ? "timeout" : "peer_failure", what))
+      g_failure_dumped.store(true);
+  }
+}
+
+// ---- FlightRecorder -----------------------------------------------------------------------------
+FlightRecorder::FlightRecorder(TraceGroupInfo info, size_t capacity)
+    : info_(std::move(info)), capacity_(capacity) {
+  if (capacity_ != 0) {
+    ring_ = static_cast<TraceEntry*>(std::calloc(capacity_, sizeof(TraceEntry)));
+    if (ring_ == nullptr) capacity_ = 0;
+  }
+  if (info_.rank >= 0 && info_.rank < static_cast<int>(info_.global_ranks.size())) {
+    g_last_rank.store(info_.global_ranks[info_.rank]);
+    g_last_world.store(info_.root_world_size);
+  }
+  std::lock_guard<std::timed_mutex> lock(registry().mu);
+  registry().recs.push_back(this);
+}
+
+FlightRecorder::~FlightRecorder() {
+  {
+    std::lock_guard<std::timed_mutex> lock(registry().mu);
+    auto& v = registry().recs;
+    v.erase(std::remove(v.begin(), v.end(), this), v.end());
+  }
+  std::free(ring_);
+}
+
+std::vector<TraceEntryCopy> FlightRecorder::entries() const {
+  std::vector<TraceEntryCopy> out;
+  if (capacity_ == 0) return out;
+  const uint64_t end = slots_.load(std::memory_order_acquire);
+  const uint64_t begin = end > capacity_ ? end - capacity_ : 0;
+  out.reserve(static_cast<size_t>(end - begin));
+  for (uint64_t n = begin; n < end; ++n) {
+    const TraceEntry& e = ring_[n % capacity_];
+    TraceEntryCopy c{};
+    // Sequence lock: retry a copy that raced with the op's thread; after a few tries keep the
+    // last copy (an op stuck mid-write cannot happen: writes are a handful of stores).
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      const uint32_t v1 = e.version.load(std::memory_order_acquire);
+      c.state = e.state;
+      c.one_sided = e.one_sided != 0;
+      c.n_waiting = std::min<int>(e.n_waiting, kWaitNoteRanks);
+      c.device_type = e.device_type;
+      c.device_index = e.device_index;
+      c.op = e.op;
+      c.dtype = e.dtype;
+      c.redop = e.redop;
+      c.algo = e.algo;
+      c.root = e.root;
+      c.seq = e.seq;
+      c.count = e.count;
+      c.bytes = e.bytes;
+      c.stream = e.stream;
+      c.enqueue_ns = e.enqueue_ns;
+      c.start_ns = e.start_ns;
+      c.end_ns = e.end_ns;
+      std::memcpy(c.backend, e.backend, sizeof(c.backend));
+      std::memcpy(c.waiting_for, e.waiting_for, sizeof(c.waiting_for));
+      std::memcpy(c.error, e.error, sizeof(c.error));
+      std::atomic_thread_fence(std::memory_order_acquire);
+      const uint32_t v2 = e.version.load(std::memory_order_relaxed);
+      if (v1 == v2 && (v1 & 1) == 0) break;
+      std::this_thread::yield();
+    }
+    c.backend[sizeof(c.backend) - 1] = '\0';
+    c.error[sizeof(c.error) - 1] = '\0';
+    if (c.enqueue_ns == 0) continue;  // never written
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::unique_ptr<FlightRecorder> make_flight_recorder(TraceGroupInfo info) {
+  const int64_t buffer = env::trace_buffer();
+  const std::string file = env::trace_file();
+  const std::string dir = env::trace_dir();
+  open_metrics(file);
+  if (buffer == 0 && file.empty()) return nullptr;
+  if (!dir.empty()) setup_dumps();
+  return std::make_unique<FlightRecorder>(std::move(info), static_cast<size_t>(buffer));
+}
+
+// ---- dumps --------------------------------------------------------------------------------------
+std::string flight_recorder_json(const char* reason, const char* error) {
+  std::unique_lock<std::timed_mutex> lock(registry().mu, std::chrono::milliseconds(100));
+  if (!lock.owns_lock()) return "";
+  int rank = -1, world = 0;
+  process_rank(registry().recs, &rank, &world);
+  return build_json(registry().recs, reason, error, rank, world);
+}
+
+bool dump_flight_recorders(const char* reason, const char* error) noexcept {
+  try {
+    const std::string dir = env::trace_dir();
+    if (dir.empty()) return false;
+    std::string text;
+    int rank = -1, world = 0;
+    {
+      // Bounded: a dump from a failing op must not hold it up (NOTE [flight recorder]).
+      std::unique_lock<std::timed_mutex> lock(registry().mu, std::chrono::milliseconds(100));
+      if (!lock.owns_lock()) {
+        SYMMEM_LOG(WARN, INIT) << "flight recorder: no dump (" << reason
+                               << "): the recorders are busy";
+        return false;
+      }
+      process_rank(registry().recs, &rank, &world);
+      if (rank < 0) return false;
+      text = build_json(registry().recs, reason, error, rank, world);
+    }
+    const bool ok = write_file(dir, rank, text);
+    if (ok) {
+      SYMMEM_LOG(INFO, INIT) << "flight recorder: wrote " << dir << "/rank" << rank << ".json ("
+                             << reason << ")";
+    } else {
+      SYMMEM_LOG(WARN, INIT) << "flight recorder: cannot write " << dir << "/rank" << rank
+                             << ".json: " << std::strerror(errno);
+    }
+    return ok;
+  } catch (...) {
+    return false;
+  }
+}
+
+void flight_recorder_exit_dump() noexcept {
+  if (g_failure_dumped.load()) return;
+  dump_flight_recorders("exit", nullptr);
+}
+
+void reset_trace_for_testing() noexcept {
+  g_failure_dumped.store(false);
+  try {
+    open_metrics("");
+  } catch (...) {
+  }
+}
+
+}  // namespace symmem::detail

@@ -1,0 +1,231 @@
+#pragma once
+
+// The flight recorder (internal): per group, a ring of the most recent ops; its dumps; the
+// per-op metrics file.
+//
+// NOTE [flight recorder]
+// Every group whose process runs with SYMMEM_TRACE_BUFFER > 0 (or SYMMEM_TRACE_FILE set) owns a
+// FlightRecorder, made with the group. It keeps the last SYMMEM_TRACE_BUFFER ops of the group in
+// a ring allocated once (calloc: pages are touched only as the ring fills); recording an op
+// allocates nothing and takes no lock:
+//   - the group's collectives (every op of ops.hpp but put/get), its barrier op and its user
+//     allocations ("alloc"; workspaces are internal and not recorded) take the next `seq`
+//     (1-based, one atomic add). Every rank makes the same collective calls in the same order,
+//     so every rank numbers them alike;
+//   - one-sided ops (put, get) are recorded in the ring but take no number of their own: their
+//     entry carries the seq of the group's latest collective and "one_sided": true, and they
+//     move neither last_enqueued nor last_completed, so the numbering stays the same on ranks
+//     that make different numbers of one-sided calls;
+//   - each entry is written by the thread running the op, under a per-entry sequence lock
+//     (`version` odd while being written); a dump copies entries without stopping anyone and
+//     retries an entry caught mid-write.
+// States: host ops are synchronous (enqueued at the call, started once the arguments are
+// agreed and the backend runs, completed or failed when the call returns). GPU ops (device
+// cuda:k: the cuda, nccl, nvshmem backends) stay "enqueued" once launched: the host does not
+// learn when the stream runs them. HOOK [device timestamps]: TraceScope::launched() is where a
+// later change records events on the op's stream (start/end), to be resolved into start_ns /
+// end_ns and completed/failed when a dump or a later op finds them done.
+//
+// Dumps (SYMMEM_TRACE_DIR set; format: docs/debugging.md, "Flight-recorder dump format"): the
+// process writes DIR/rank<R>.json (R: its global rank) with every live group's ring
+//   - when an op, barrier or allocation fails with Timeout or PeerFailure (after recording the
+//     failure, before the error leaves the library), reason "timeout" / "peer_failure";
+//   - on SIGUSR1 (the handler only writes a byte to a pipe; a dumper thread writes the file),
+//     reason "signal". The handler is installed only when SYMMEM_TRACE_DIR is set and SIGUSR1
+//     has its default action (a program's own handler is left alone);
+//   - when the process's root group is destroyed, or at exit if a group is still alive then,
+//     reason "exit", unless the process already wrote a failure dump (that file is kept: its
+//     reason and error say what went wrong; the rings were frozen by the failure anyway).
+// A dump never throws and never waits more than ~100 ms for the registry of recorders (the
+// only lock it takes); it writes rank<R>.json.tmp and renames it.
+//
+// The failed entry's "waiting_for" comes from a WaitNote: the waits that time out or find a
+// dead peer (CPU pad syncs, host backend signal waits, store exchanges) note the ranks they
+// waited for just before they throw; TraceScope::failed() takes the note made by its thread
+// since the op began.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "symmem/error.hpp"
+#include "symmem/export.hpp"
+#include "symmem/types.hpp"
+
+namespace symmem::detail {
+
+// ---- wait notes -------------------------------------------------------------------------------
+inline constexpr int kWaitNoteRanks = 16;
+
+// Called by a wait right before it throws Timeout/PeerFailure: the ranks it was waiting for.
+// `global`: the ranks are global ranks; else ranks of the group the wait belongs to (the
+// recorder maps them). Never throws; keeps at most kWaitNoteRanks ranks.
+SYMMEM_API void note_waiting_for(const int* ranks, int n, bool global) noexcept;
+inline void note_waiting_for(const std::vector<int>& ranks, bool global) noexcept {
+  note_waiting_for(ranks.data(), static_cast<int>(ranks.size()), global);
+}
+
+// ---- entries ----------------------------------------------------------------------------------
+enum class TraceState : uint8_t { enqueued, started, completed, failed };
+inline constexpr int kTraceAlloc = -2;  // TraceOp::op of an allocation rendezvous ("alloc")
+inline constexpr size_t kTraceErrorBytes = 240;
+
+// What the op path knows of an op when it is called.
+struct TraceOp {
+  int op = 0;  // an OpKind value, or kTraceAlloc
+  int dtype = -1;
+  int redop = -1;
+  int algo = -1;
+  int root = -1;
+  uint64_t count = 0;
+  bool one_sided = false;
+};
+
+struct TraceEntry {
+  std::atomic<uint32_t> version;  // sequence lock: odd while the owner writes the entry
+  TraceState state;
+  uint8_t one_sided;
+  uint8_t n_waiting;
+  uint8_t device_type;  // DeviceType
+  int32_t op;
+  int32_t dtype, redop, algo, root;
+  int32_t device_index;
+  uint64_t seq;
+  uint64_t count, bytes, stream;
+  int64_t enqueue_ns, start_ns, end_ns;  // CLOCK_REALTIME; 0: not yet
+  char backend[16];
+  int32_t waiting_for[kWaitNoteRanks];  // global ranks
+  char error[kTraceErrorBytes];
+};
+
+// A plain copy of an entry, as a dump reads it.
+struct TraceEntryCopy {
+  TraceState state;
+  bool one_sided;
+  int n_waiting;
+  int device_type, device_index;
+  int op, dtype, redop, algo, root;
+  uint64_t seq, count, bytes, stream;
+  int64_t enqueue_ns, start_ns, end_ns;
+  char backend[16];
+  int32_t waiting_for[kWaitNoteRanks];
+  char error[kTraceErrorBytes];
+};
+
+class FlightRecorder;
+
+// ---- the op path's handle on one recorded op --------------------------------------------------
+// begin() at the call, start() when the backend is about to run, then completed() (host ops),
+// launched() (GPU ops) or failed(). With no recorder every call is a no-op.
+class SYMMEM_API TraceScope {
+ public:
+  explicit TraceScope(FlightRecorder* rec) noexcept : rec_(rec) {}
+  TraceScope(const TraceScope&) = delete;
+  TraceScope& operator=(const TraceScope&) = delete;
+
+  bool active() const noexcept { return rec_ != nullptr; }
+  void begin(const TraceOp& op) noexcept {
+    if (rec_) begin_(op);
+  }
+  // The arguments are agreed and the backend runs now. `backend`: its name (copied); `count`:
+  // elements as the op's count rule has them (all_to_all_v's is known only now); `bytes`: the
+  // message size (metrics' algbw); `synchronous`: the host waits for the op (host ops and
+  // allocations; GPU ops are only enqueued, and stay "enqueued").
+  void start(const std::string& backend, Device device, const void* stream, uint64_t count,
+             uint64_t bytes, bool synchronous) noexcept {
+    if (rec_) start_(backend.c_str(), device, stream, count, bytes, synchronous);
+  }
+  void completed() noexcept {
+    if (rec_) finish_(true);
+  }
+  // A GPU op was enqueued on its stream: it stays "enqueued" (HOOK [device timestamps]).
+  void launched() noexcept {
+    if (rec_) finish_(false);
+  }
+  // Records the failure; on Timeout/PeerFailure also dumps (SYMMEM_TRACE_DIR set).
+  void failed(const Error& e) noexcept {
+    if (rec_) failed_(e.code(), e.what());
+  }
+  void failed(const char* what) noexcept {
+    if (rec_) failed_(ErrorCode::Internal, what);
+  }
+  // The entry's backend/device when the op failed before start() (no-op after it).
+  void set_backend(const std::string& backend, Device device) noexcept {
+    if (rec_ && e_) set_backend_(backend.c_str(), device);
+  }
+
+ private:
+  void begin_(const TraceOp& op) noexcept;
+  void start_(const char* backend, Device device, const void* stream, uint64_t count,
+              uint64_t bytes, bool synchronous) noexcept;
+  void finish_(bool completed) noexcept;
+  void failed_(ErrorCode code, const char* what) noexcept;
+  void set_backend_(const char* backend, Device device) noexcept;
+
+  FlightRecorder* rec_;
+  TraceEntry* e_ = nullptr;
+  uint64_t seq_ = 0;
+  int64_t begin_ns_ = 0;
+  bool one_sided_ = false;
+  bool started_ = false;
+};
+
+// ---- the recorder ---------------------------------------------------------------------------
+struct TraceGroupInfo {
+  std::string name;
+  int rank = -1;
+  int world_size = 0;
+  std::vector<int> global_ranks;
+  int root_world_size = 0;  // world size of the process's root group (the dump's world_size)
+};
+
+// A recorder for a new group, registered for dumps; null when SYMMEM_TRACE_BUFFER is 0 and
+// SYMMEM_TRACE_FILE unset. Reads the settings (may throw InvalidArgument on a bad value).
+SYMMEM_API std::unique_ptr<FlightRecorder> make_flight_recorder(TraceGroupInfo info);
+
+class SYMMEM_API FlightRecorder {
+ public:
+  FlightRecorder(TraceGroupInfo info, size_t capacity);
+  ~FlightRecorder();  // unregisters; waits for a dump in progress
+  FlightRecorder(const FlightRecorder&) = delete;
+  FlightRecorder& operator=(const FlightRecorder&) = delete;
+
+  const TraceGroupInfo& info() const noexcept { return info_; }
+  size_t capacity() const noexcept { return capacity_; }
+  uint64_t last_enqueued() const noexcept { return seq_.load(std::memory_order_relaxed); }
+  uint64_t last_completed() const noexcept {
+    return completed_.load(std::memory_order_relaxed);
+  }
+  // The ring's entries, oldest first (at most capacity()).
+  std::vector<TraceEntryCopy> entries() const;
+
+ private:
+  friend class TraceScope;
+  TraceEntry* slot(uint64_t n) noexcept { return &ring_[n % capacity_]; }
+
+  TraceGroupInfo info_;
+  size_t capacity_;
+  TraceEntry* ring_ = nullptr;           // capacity_ entries (none when 0)
+  std::atomic<uint64_t> seq_{0};         // last seq handed out
+  std::atomic<uint64_t> slots_{0};       // entries ever written
+  std::atomic<uint64_t> completed_{0};   // highest completed seq
+};
+
+// Writes DIR/rank<R>.json now (SYMMEM_TRACE_DIR set; else nothing). `reason`: one of the
+// format's reasons; `error`: the error text or null. Never throws; false when nothing was
+// written.
+SYMMEM_API bool dump_flight_recorders(const char* reason, const char* error) noexcept;
+
+// The dump as it would be written (for tests): the JSON text.
+SYMMEM_API std::string flight_recorder_json(const char* reason, const char* error);
+
+// The root group of the process is going away: the exit dump (NOTE [flight recorder]).
+SYMMEM_API void flight_recorder_exit_dump() noexcept;
+
+// Forgets that a failure dump was written and closes the metrics file (tests only).
+SYMMEM_API void reset_trace_for_testing() noexcept;
+
+}  // namespace symmem::detail
