@@ -348,6 +348,9 @@ def test_behind_rank_stuck_in_a_put(tmp_path):
                             "all_reduce, completed)"), out
     assert first.endswith("; it is in one-sided put (4096 bytes) after seq 9, started, never "
                           "completed"), first
+    row2 = [ln for ln in out.splitlines() if ln.startswith("  2 ")]
+    assert row2 and row2[0].endswith("seq 9 all_reduce (bf16, 1048576 elements) completed; then "
+                                     "one-sided put (4096 bytes) started, never completed"), out
     assert rc == 1
 
 
