@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the build tree into a scratch prefix, then builds and runs a consumer with
 # find_package(symmem CONFIG REQUIRED) and another with pkg-config, and runs the installed
-# symmem-run and symmem-bench from the prefix.
+# symmem-run and symmem-bench from the prefix; symmem-trace (a Python script) is installed beside
+# them.
 set -euo pipefail
 build_dir=$1 consumer_src=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
@@ -32,4 +33,8 @@ for tool in symmem-run symmem-bench symmem-store; do
 done
 env -u LD_LIBRARY_PATH SYMMEM_BACKEND=host "$prefix/bin/symmem-run" -n 2 -- \
   "$prefix/bin/symmem-bench" -b 4096 -e 65536 -f 4 -n 5 -w 1
+test -x "$prefix/bin/symmem-trace" || { echo "FAIL: symmem-trace not installed to bin" >&2; exit 1; }
+if command -v python3 > /dev/null; then
+  "$prefix/bin/symmem-trace" --help > /dev/null
+fi
 echo "install consumer tests passed"

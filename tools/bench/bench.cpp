@@ -18,7 +18,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -47,6 +49,8 @@ struct Options {
   int check = 1;
   int root = 0;
   std::string json;
+  std::string trace;            // --trace DIR: SYMMEM_TRACE_DIR for this run
+  long long trace_buffer = -1;  // --trace-buffer N; -1: enough for the run
 };
 
 // The op and dtype lists and the per-op size meanings come from their tables (NOTE [op table],
@@ -60,6 +64,7 @@ std::string usage() {
          "                    [--redop sum|avg|min|max] [--algo auto|one_shot|two_shot]\n"
          "                    [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1]\n"
          "                    [--root R] [--mem sym|plain] [--json FILE]\n"
+         "                    [--trace DIR [--trace-buffer N]]\n"
          "\n"
          "Times symmem's collectives over a range of sizes and checks their results, like\n"
          "nccl-tests. Every process is one rank: start it under a launcher (symmem-run, torchrun,\n"
@@ -90,6 +95,12 @@ std::string usage() {
          "  --mem M         sym: buffers in symmetric memory (zero copy); plain: ordinary memory\n"
          "                  (ops stage it through the group's workspace)\n"
          "  --json FILE     also write one JSON object per row to FILE (rank 0)\n"
+         "  --trace DIR     each rank writes its flight recorder to DIR/rank<R>.json at exit\n"
+         "                  (and on a timeout or peer failure): sets SYMMEM_TRACE_DIR for the\n"
+         "                  run and creates DIR; read the dumps with symmem-trace DIR\n"
+         "                  (docs/debugging.md)\n"
+         "  --trace-buffer N  ops each group's recorder keeps (SYMMEM_TRACE_BUFFER); default:\n"
+         "                  SYMMEM_TRACE_BUFFER if set, else enough for every op of the run\n"
          "Defaults: --op all_reduce --dtype f32 --redop sum -b 4 -e 16M -f 4 -n 20 -w 5 -c 1.\n"
          "\n"
          "What a size is, per op (buffers per rank in units of the op's count argument c, N "
@@ -151,6 +162,10 @@ Options parse(int argc, char** argv) {
         o.mem = value(i);
       else if (a == "--json")
         o.json = value(i);
+      else if (a == "--trace")
+        o.trace = value(i);
+      else if (a == "--trace-buffer")
+        o.trace_buffer = std::stoll(value(i));
       else if (a == "-b" || a == "--minbytes")
         o.min_bytes = parse_size(value(i));
       else if (a == "-e" || a == "--maxbytes")
@@ -176,7 +191,39 @@ Options parse(int argc, char** argv) {
   if (o.min_bytes > o.max_bytes) usage_error("-b must be <= -e");
   if (o.mem != "sym" && o.mem != "plain") usage_error("--mem must be sym or plain");
   if (o.check != 0 && o.check != 1) usage_error("-c must be 0 or 1");
+  if (o.trace_buffer != -1 && o.trace.empty()) usage_error("--trace-buffer needs --trace DIR");
+  if (o.trace_buffer < -1) usage_error("--trace-buffer must be >= 0");
   return o;
+}
+
+// --trace: the recorder reads SYMMEM_TRACE_DIR and SYMMEM_TRACE_BUFFER when the first group is
+// created, so setting them before Group::from_env is enough (the user asked for it: this is
+// the tool's own option, not a dependency configured behind anyone's back). Every rank creates
+// DIR (concurrently: an existing directory is fine).
+void setup_trace(const Options& o, size_t n_ops) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path dir = fs::absolute(o.trace, ec);
+  fs::create_directories(dir, ec);
+  if (!fs::is_directory(dir)) {
+    std::cerr << "symmem-bench: --trace: cannot create directory '" << o.trace
+              << "': " << ec.message() << "\n";
+    std::exit(2);
+  }
+  setenv("SYMMEM_TRACE_DIR", dir.c_str(), 1);
+  long long entries = o.trace_buffer;
+  if (entries < 0 && std::getenv("SYMMEM_TRACE_BUFFER")) return;  // the user's own setting
+  if (entries < 0) {
+    // Per op and size: the check, warmup and timed calls, a barrier, the result all_reduces
+    // and the buffers' allocation rendezvous (+ slack); the affinity all_gather once.
+    long long sizes = 0;
+    for (double size = static_cast<double>(o.min_bytes);
+         size <= static_cast<double>(o.max_bytes) * 1.0000001; size *= o.factor)
+      ++sizes;
+    entries = static_cast<long long>(n_ops) * sizes * (o.iters + o.warmup + 12) + 64;
+    entries = std::min(entries, 1000000LL);  // SYMMEM_TRACE_BUFFER's largest value
+  }
+  setenv("SYMMEM_TRACE_BUFFER", std::to_string(entries).c_str(), 1);
 }
 
 // ---- exact values -----------------------------------------------------------------------------
@@ -498,6 +545,7 @@ int main_impl(int argc, char** argv) {
   DType dt = parse_dtype(o.dtype, "--dtype");
   ReduceOp redop = parse_reduce_op(o.redop, "--redop");
   Algo algo = parse_algo(o.algo, "--algo");
+  if (!o.trace.empty()) setup_trace(o, ops.size());
 
   Group g = Group::from_env();
   if (o.backend != "auto") select_backend(o.backend);
