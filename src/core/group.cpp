@@ -19,6 +19,7 @@
 #include "core/log.hpp"
 #include "core/store/group_store.hpp"
 #include "core/timeout.hpp"
+#include "core/trace.hpp"
 #include "core/wait_report.hpp"
 #include "symmem/env.hpp"
 #include "symmem/error.hpp"
@@ -432,6 +433,7 @@ std::shared_ptr<Group::Impl> make_root_group(std::shared_ptr<Store> store, int r
                                              std::shared_ptr<TcpStoreServer> server,
                                              bool checkout_on_exit, const std::string& launcher) {
   const char* op = "Group::create";
+  detail::NvtxRange nvtx_range("group_create rendezvous");  // NOTE [nvtx ranges]
   SYMMEM_CHECK_ARG(op, rank, store != nullptr, "store", "is null");
   SYMMEM_CHECK_ARG(op, rank, world_size >= 1, "world_size", "is " << world_size << ", not >= 1");
   SYMMEM_CHECK_ARG(op, rank, rank >= 0 && rank < world_size, "rank",
@@ -633,6 +635,7 @@ const std::string& Group::name() const {
 
 Group Group::split(const std::vector<int>& ranks) const {
   const char* op = "Group::split";
+  detail::NvtxRange nvtx_range("group_split rendezvous");  // NOTE [nvtx ranges]
   const auto& p = checked(impl_, op);
   SYMMEM_CHECK_ARG(op, p->rank, !ranks.empty(), "ranks", "is empty");
   std::vector<int> sorted = ranks;

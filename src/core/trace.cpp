@@ -17,6 +17,10 @@
 #include <mutex>
 #include <thread>
 
+#if SYMMEM_HAVE_NVTX
+#include <nvtx3/nvToolsExt.h>
+#endif
+
 #include "core/log.hpp"
 #include "symmem/env.hpp"
 #include "symmem/op_table.hpp"
@@ -307,8 +311,9 @@ void open_metrics(const std::string& path) {
   if (path.empty()) return;
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
-    SYMMEM_LOG(WARN, INIT) << "SYMMEM_TRACE_FILE=" << path << ": cannot open: "
-                           << std::strerror(errno) << "; no metrics are written";
+    SYMMEM_LOG(WARN, INIT) << "SYMMEM_TRACE_FILE=" << path
+                           << ": cannot open: " << std::strerror(errno)
+                           << "; no metrics are written";
     return;
   }
   g_metrics_fd.store(fd);
@@ -410,7 +415,61 @@ void setup_dumps() {
   sigaction(SIGUSR1, &sa, nullptr);
 }
 
+// ---- NVTX ---------------------------------------------------------------------------------------
+#if SYMMEM_HAVE_NVTX
+nvtxDomainHandle_t nvtx_domain() noexcept {
+  static const nvtxDomainHandle_t d = nvtxDomainCreateA("symmem");
+  return d;
+}
+void nvtx_push(const char* message, uint64_t payload) noexcept {
+  nvtxEventAttributes_t a{};
+  a.version = NVTX_VERSION;
+  a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+  a.message.ascii = message;
+  a.payloadType = NVTX_PAYLOAD_TYPE_UNSIGNED_INT64;
+  a.payload.ullValue = payload;
+  nvtxDomainRangePushEx(nvtx_domain(), &a);
+}
+void nvtx_pop() noexcept {
+  nvtxDomainRangePop(nvtx_domain());
+}
+#else
+void nvtx_push(const char*, uint64_t) noexcept {}
+void nvtx_pop() noexcept {}
+#endif
+
 }  // namespace
+
+bool nvtx_compiled() noexcept {
+  return SYMMEM_HAVE_NVTX != 0;
+}
+
+bool nvtx_enabled() noexcept {
+  static const bool on = [] {
+    if (!nvtx_compiled()) return false;
+    const char* inj = std::getenv("NVTX_INJECTION64_PATH");
+    return inj != nullptr && inj[0] != '\0';
+  }();
+  return on;
+}
+
+NvtxRange::NvtxRange(const char* message, uint64_t payload) noexcept : on_(nvtx_enabled()) {
+  if (on_) nvtx_push(message, payload);
+}
+NvtxRange::~NvtxRange() {
+  if (on_) nvtx_pop();
+}
+
+KernelRange::KernelRange(const char* name, int blocks) noexcept : on_(nvtx_enabled()) {
+  if (!on_) return;
+  char msg[96];
+  std::snprintf(msg, sizeof(msg), "kernel %s blocks=%d", name, blocks);
+  nvtx_push(msg, static_cast<uint64_t>(blocks));
+}
+KernelRange::~KernelRange() {
+  if (on_) nvtx_pop();
+}
 
 // ---- wait notes ---------------------------------------------------------------------------------
 void note_waiting_for(const int* ranks, int n, bool global) noexcept {
@@ -423,6 +482,7 @@ void note_waiting_for(const int* ranks, int n, bool global) noexcept {
 
 // ---- TraceScope ---------------------------------------------------------------------------------
 void TraceScope::begin_(const TraceOp& op) noexcept {
+  op_ = op;
   begin_ns_ = now_ns();
   one_sided_ = op.one_sided;
   seq_ = op.one_sided ? rec_->seq_.load(std::memory_order_relaxed)
@@ -467,6 +527,7 @@ void TraceScope::start_(const char* backend, Device device, const void* stream, 
                         uint64_t bytes, bool synchronous) noexcept {
   if (!e_) return;
   started_ = true;
+  if (nvtx_enabled()) nvtx_push_(backend, device, count, bytes);
   const int64_t t = now_ns();
   write_begin(e_);
   copy_cstr(e_->backend, sizeof(e_->backend), backend);
@@ -483,7 +544,33 @@ void TraceScope::start_(const char* backend, Device device, const void* stream, 
   write_end(e_);
 }
 
+void TraceScope::nvtx_push_(const char* backend, Device device, uint64_t count,
+                            uint64_t bytes) noexcept {
+  char msg[256];
+  int n =
+      std::snprintf(msg, sizeof(msg), "%s bytes=%llu count=%llu", op_name(op_.op),
+                    static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(count));
+  auto add = [&](const char* key, const char* value) {
+    if (value == nullptr || n < 0 || n >= static_cast<int>(sizeof(msg))) return;
+    n += std::snprintf(msg + n, sizeof(msg) - static_cast<size_t>(n), " %s=%s", key, value);
+  };
+  if (op_.dtype >= 0) add("dtype", to_string(static_cast<DType>(op_.dtype)));
+  if (op_.redop >= 0) add("redop", to_string(static_cast<ReduceOp>(op_.redop)));
+  if (op_.algo >= 0) add("algo", to_string(static_cast<Algo>(op_.algo)));
+  if (op_.root >= 0) add(op_.one_sided ? "peer" : "root", std::to_string(op_.root).c_str());
+  add("backend", backend);
+  add("device", device_name(static_cast<int>(device.type), device.index).c_str());
+  add("group", rec_->info_.name.c_str());
+  add(op_.one_sided ? "after_seq" : "seq", std::to_string(seq_).c_str());
+  nvtx_push(msg, bytes);
+  nvtx_ = true;
+}
+
 void TraceScope::finish_(bool completed) noexcept {
+  if (nvtx_) {
+    nvtx_pop();
+    nvtx_ = false;
+  }
   if (!e_) return;
   if (!completed) {
     // HOOK [device timestamps]: record the op's start/end events on e_->stream here.
@@ -507,6 +594,10 @@ void TraceScope::finish_(bool completed) noexcept {
 }
 
 void TraceScope::failed_(ErrorCode code, const char* what) noexcept {
+  if (nvtx_) {
+    nvtx_pop();
+    nvtx_ = false;
+  }
   if (!e_) return;
   const int64_t t = now_ns();
   const WaitNote& note = t_note;
@@ -609,7 +700,7 @@ std::unique_ptr<FlightRecorder> make_flight_recorder(TraceGroupInfo info) {
   const std::string file = env::trace_file();
   const std::string dir = env::trace_dir();
   open_metrics(file);
-  if (buffer == 0 && file.empty()) return nullptr;
+  if (buffer == 0 && file.empty() && !nvtx_enabled()) return nullptr;
   if (!dir.empty()) setup_dumps();
   return std::make_unique<FlightRecorder>(std::move(info), static_cast<size_t>(buffer));
 }

@@ -39,6 +39,18 @@
 // A dump never throws and never waits more than ~100 ms for the registry of recorders (the
 // only lock it takes); it writes rank<R>.json.tmp and renames it.
 //
+// NOTE [nvtx ranges]
+// With an NVTX tool attached (NVTX_INJECTION64_PATH set: nsys, or the test's injection library)
+// and NVTX3 headers at build time (SYMMEM_HAVE_NVTX), every group gets a recorder (capacity 0
+// when SYMMEM_TRACE_BUFFER is 0) and each recorded op, barrier and allocation is one range in
+// NVTX domain "symmem", pushed when the backend starts it and popped when the call returns. Its
+// message is "<op> key=value ..." with bytes, dtype, count, redop, algo, backend, device, group
+// and seq (the fields the op has); its payload is the byte count (uint64). The GPU backends'
+// kernel launches are nested ranges "kernel <name>" (KernelRange), the group rendezvous
+// "group_create rendezvous" and "group_split rendezvous" (NvtxRange). Without a tool nothing is
+// formatted: the cost is one load of a cached flag per op. Without the headers the ranges are
+// compiled out (nvtx_compiled() false).
+//
 // The failed entry's "waiting_for" comes from a WaitNote: the waits that time out or find a
 // dead peer (CPU pad syncs, host backend signal waits, store exchanges) note the ranks they
 // waited for just before they throw; TraceScope::failed() takes the note made by its thread
@@ -56,6 +68,32 @@
 #include "symmem/types.hpp"
 
 namespace symmem::detail {
+
+// ---- NVTX (NOTE [nvtx ranges]) ---------------------------------------------------------------
+SYMMEM_API bool nvtx_compiled() noexcept;  // built with the NVTX3 headers
+SYMMEM_API bool nvtx_enabled() noexcept;   // compiled and a tool is attached (cached)
+// A range in domain "symmem" with `message` (copied by NVTX) while alive; nothing without a tool.
+class SYMMEM_API NvtxRange {
+ public:
+  explicit NvtxRange(const char* message, uint64_t payload = 0) noexcept;
+  ~NvtxRange();
+  NvtxRange(const NvtxRange&) = delete;
+  NvtxRange& operator=(const NvtxRange&) = delete;
+
+ private:
+  bool on_ = false;
+};
+// A GPU kernel launch: range "kernel <name> blocks=<n>".
+class SYMMEM_API KernelRange {
+ public:
+  KernelRange(const char* name, int blocks) noexcept;
+  ~KernelRange();
+  KernelRange(const KernelRange&) = delete;
+  KernelRange& operator=(const KernelRange&) = delete;
+
+ private:
+  bool on_ = false;
+};
 
 // ---- wait notes -------------------------------------------------------------------------------
 inline constexpr int kWaitNoteRanks = 16;
@@ -165,8 +203,12 @@ class SYMMEM_API TraceScope {
   void failed_(ErrorCode code, const char* what) noexcept;
   void set_backend_(const char* backend, Device device) noexcept;
 
+  void nvtx_push_(const char* backend, Device device, uint64_t count, uint64_t bytes) noexcept;
+
   FlightRecorder* rec_;
   TraceEntry* e_ = nullptr;
+  TraceOp op_{};       // as begun (the NVTX message)
+  bool nvtx_ = false;  // a range is pushed (NOTE [nvtx ranges])
   uint64_t seq_ = 0;
   int64_t begin_ns_ = 0;
   bool one_sided_ = false;
@@ -196,9 +238,7 @@ class SYMMEM_API FlightRecorder {
   const TraceGroupInfo& info() const noexcept { return info_; }
   size_t capacity() const noexcept { return capacity_; }
   uint64_t last_enqueued() const noexcept { return seq_.load(std::memory_order_relaxed); }
-  uint64_t last_completed() const noexcept {
-    return completed_.load(std::memory_order_relaxed);
-  }
+  uint64_t last_completed() const noexcept { return completed_.load(std::memory_order_relaxed); }
   // The ring's entries, oldest first (at most capacity()).
   std::vector<TraceEntryCopy> entries() const;
 
@@ -208,10 +248,10 @@ class SYMMEM_API FlightRecorder {
 
   TraceGroupInfo info_;
   size_t capacity_;
-  TraceEntry* ring_ = nullptr;           // capacity_ entries (none when 0)
-  std::atomic<uint64_t> seq_{0};         // last seq handed out
-  std::atomic<uint64_t> slots_{0};       // entries ever written
-  std::atomic<uint64_t> completed_{0};   // highest completed seq
+  TraceEntry* ring_ = nullptr;          // capacity_ entries (none when 0)
+  std::atomic<uint64_t> seq_{0};        // last seq handed out
+  std::atomic<uint64_t> slots_{0};      // entries ever written
+  std::atomic<uint64_t> completed_{0};  // highest completed seq
 };
 
 // Writes DIR/rank<R>.json now (SYMMEM_TRACE_DIR set; else nothing). `reason`: one of the

@@ -41,6 +41,7 @@
 #include <unordered_map>
 
 #include "core/check.hpp"
+#include "core/trace.hpp"
 #include "cuda/kernels/kernels.hpp"
 #include "cuda/kernels/tuning.hpp"
 #include "cuda/timeout_record.hpp"
@@ -239,6 +240,32 @@ void check_launch(const Call& c, int err, const char* what) {
   if (err != 0) throw_cuda(c.op, c.rank, what, static_cast<cudaError_t>(err));
 }
 
+// Kernel names of the NVTX launch ranges (NOTE [nvtx ranges] in core/trace.hpp).
+const char* kernel_name(K::ReduceMode m) {
+  switch (m) {
+    case K::ReduceMode::two_shot:
+      return "reduce_two_shot";
+    case K::ReduceMode::one_shot:
+      return "reduce_one_shot";
+    case K::ReduceMode::reduce_scatter:
+      return "reduce_scatter";
+  }
+  return "reduce";
+}
+const char* kernel_name(K::MoveMode m) {
+  switch (m) {
+    case K::MoveMode::all_gather:
+      return "move_all_gather";
+    case K::MoveMode::all_to_all:
+      return "move_all_to_all";
+    case K::MoveMode::broadcast:
+      return "move_broadcast";
+    case K::MoveMode::barrier:
+      return "move_barrier";
+  }
+  return "move";
+}
+
 K::PeerPtrs peers_of(const Call& c, const SymmetricMemory& m, int64_t offset) {
   K::PeerPtrs t;
   if (c.world <= K::kMaxInlinePeers) {
@@ -381,8 +408,9 @@ void copy_async(const Call& c, void* dst, const void* src, size_t bytes) {
   k.dst = static_cast<char*>(dst);
   k.src = static_cast<const char*>(src);
   k.bytes = static_cast<int64_t>(bytes);
-  check_launch(c, K::launch_copy(k, blocks_for(c, k.bytes, 16 * K::kThreads * 4), c.stream),
-               "launch_copy");
+  const int blocks = blocks_for(c, k.bytes, 16 * K::kThreads * 4);
+  symmem::detail::KernelRange range("copy", blocks);  // NOTE [nvtx ranges]
+  check_launch(c, K::launch_copy(k, blocks, c.stream), "launch_copy");
 }
 
 // ---- LL one-shot family ---------------------------------------------------------------------
@@ -401,8 +429,10 @@ void run_ll(const Call& c, const void* send, void* recv, size_t count, int64_t s
   k.reduce = reduce;
   k.red = static_cast<K::KRed>(c.a.redop);
   const int64_t units = static_cast<int64_t>((count * c.es + 7) / 8);
-  check_launch(c, K::launch_ll(k, ktype(c), blocks_for(c, units, K::kThreads), c.stream),
-               "launch_ll");
+  const int blocks = blocks_for(c, units, K::kThreads);
+  symmem::detail::KernelRange range(reduce ? "ll_reduce" : "ll_gather",
+                                    blocks);  // NOTE [nvtx ranges]
+  check_launch(c, K::launch_ll(k, ktype(c), blocks, c.stream), "launch_ll");
 }
 
 bool ll_fits(const Call& c, size_t piece_bytes, bool forced) {
@@ -464,10 +494,9 @@ void all_reduce(const Call& c) {
   constexpr int64_t kUnitsPerThread = 2;
   const int64_t units = static_cast<int64_t>((bytes + 15) / 16);
   const int64_t per_rank = two_shot ? (units + c.world - 1) / c.world : units;
-  check_launch(c,
-               K::launch_reduce(k, ktype(c), blocks_for(c, per_rank, K::kThreads * kUnitsPerThread),
-                                c.stream),
-               "launch_reduce");
+  const int blocks = blocks_for(c, per_rank, K::kThreads * kUnitsPerThread);
+  symmem::detail::KernelRange range(kernel_name(k.mode), blocks);  // NOTE [nvtx ranges]
+  check_launch(c, K::launch_reduce(k, ktype(c), blocks, c.stream), "launch_reduce");
 }
 
 // ---- reduce_scatter ----------------------------------------------------------------------------
@@ -495,8 +524,9 @@ void reduce_scatter(const Call& c) {
   }
   k.direct_out = static_cast<char*>(a.recv);
   const int64_t units = static_cast<int64_t>((n + 15) / 16);
-  check_launch(c, K::launch_reduce(k, ktype(c), blocks_for(c, units, K::kThreads * 2), c.stream),
-               "launch_reduce");
+  const int blocks = blocks_for(c, units, K::kThreads * 2);
+  symmem::detail::KernelRange range(kernel_name(k.mode), blocks);  // NOTE [nvtx ranges]
+  check_launch(c, K::launch_reduce(k, ktype(c), blocks, c.stream), "launch_reduce");
 }
 
 // ---- all_gather / all_to_all / broadcast / barrier
@@ -523,8 +553,9 @@ void all_gather(const Call& c) {
   k.local_out = static_cast<char*>(a.recv);
   k.bytes = static_cast<int64_t>(n);
   const int64_t units = static_cast<int64_t>((n + 15) / 16) * c.world;
-  check_launch(c, K::launch_move(k, blocks_for(c, units, K::kThreads * 4), c.stream),
-               "launch_move");
+  const int blocks = blocks_for(c, units, K::kThreads * 4);
+  symmem::detail::KernelRange range(kernel_name(k.mode), blocks);  // NOTE [nvtx ranges]
+  check_launch(c, K::launch_move(k, blocks, c.stream), "launch_move");
 }
 
 void all_to_all(const Call& c) {
@@ -553,8 +584,9 @@ void all_to_all(const Call& c) {
   k.local_out = static_cast<char*>(a.recv);
   k.bytes = static_cast<int64_t>(n);
   const int64_t units = static_cast<int64_t>((n + 15) / 16) * c.world;
-  check_launch(c, K::launch_move(k, blocks_for(c, units, K::kThreads * 4), c.stream),
-               "launch_move");
+  const int blocks = blocks_for(c, units, K::kThreads * 4);
+  symmem::detail::KernelRange range(kernel_name(k.mode), blocks);  // NOTE [nvtx ranges]
+  check_launch(c, K::launch_move(k, blocks, c.stream), "launch_move");
 }
 
 void broadcast(const Call& c) {
@@ -574,8 +606,9 @@ void broadcast(const Call& c) {
   k.local_out = static_cast<char*>(a.recv);
   k.bytes = static_cast<int64_t>(n);
   const int64_t units = static_cast<int64_t>((n + 15) / 16);
-  check_launch(c, K::launch_move(k, blocks_for(c, units, K::kThreads * 4), c.stream),
-               "launch_move");
+  const int blocks = blocks_for(c, units, K::kThreads * 4);
+  symmem::detail::KernelRange range(kernel_name(k.mode), blocks);  // NOTE [nvtx ranges]
+  check_launch(c, K::launch_move(k, blocks, c.stream), "launch_move");
 }
 
 void barrier(const Call& c) {
@@ -583,6 +616,7 @@ void barrier(const Call& c) {
   K::MoveArgs k;
   k.sync = w.sync;
   k.mode = K::MoveMode::barrier;
+  symmem::detail::KernelRange range(kernel_name(k.mode), 1);  // NOTE [nvtx ranges]
   check_launch(c, K::launch_move(k, 1, c.stream), "launch_move");
 }
 
@@ -611,8 +645,9 @@ void all_to_all_v(const Call& c) {
   k.elem_size = static_cast<int>(c.es);
   k.counts_known = a.recv_counts_known;
   const int64_t units = static_cast<int64_t>((cap_bytes + 15) / 16);
-  check_launch(c, K::launch_all_to_all_v(k, blocks_for(c, units, K::kThreads * 4), c.stream),
-               "launch_all_to_all_v");
+  const int blocks = blocks_for(c, units, K::kThreads * 4);
+  symmem::detail::KernelRange range("all_to_all_v", blocks);  // NOTE [nvtx ranges]
+  check_launch(c, K::launch_all_to_all_v(k, blocks, c.stream), "launch_all_to_all_v");
 }
 
 // ---- world size 1 ------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/check.hpp"
+#include "core/trace.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/peer_tables.hpp"
 #include "cuda/timeout_record.hpp"
@@ -58,18 +59,21 @@ const char* to_string(SyncKind k) noexcept {
 
 cudaError_t launch_barrier(const DeviceHandle& h, int channel, cudaStream_t stream,
                            int32_t* progress, uint64_t report_after_ns) {
+  symmem::detail::KernelRange range("pad_barrier", 1);  // NOTE [nvtx ranges]
   barrier_kernel<<<1, 32, 0, stream>>>(h, channel, progress, report_after_ns);
   return cudaGetLastError();
 }
 
 cudaError_t launch_put_signal(const DeviceHandle& h, int dst, int channel, cudaStream_t stream,
                               int32_t* progress, uint64_t report_after_ns) {
+  symmem::detail::KernelRange range("pad_put_signal", 1);  // NOTE [nvtx ranges]
   put_signal_kernel<<<1, 1, 0, stream>>>(h, dst, channel, progress, report_after_ns);
   return cudaGetLastError();
 }
 
 cudaError_t launch_wait_signal(const DeviceHandle& h, int src, int channel, cudaStream_t stream,
                                int32_t* progress, uint64_t report_after_ns) {
+  symmem::detail::KernelRange range("pad_wait_signal", 1);  // NOTE [nvtx ranges]
   wait_signal_kernel<<<1, 1, 0, stream>>>(h, src, channel, progress, report_after_ns);
   return cudaGetLastError();
 }

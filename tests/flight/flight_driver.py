@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Flight-recorder scenarios end to end (issue #18): 3 ranks through symmem-run with
+SYMMEM_TRACE_DIR, then symmem-trace on the dumps.
+
+  stop:     rank 2 stops (SIGSTOP) before its 50th all_reduce; ranks 0 and 1 time out and dump;
+            symmem-trace's first line names rank 2 and that all_reduce's sequence number.
+  mismatch: rank 1 passes a different count; every rank refuses the op, the exit dumps show
+            it and symmem-trace reports the disagreement.
+  ok:       SIGUSR1 dumps; a clean run dumps at exit; symmem-trace finds nobody behind and
+            writes a Perfetto timeline with one track per rank.
+"""
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+ALL_REDUCES = 50
+
+
+def run_ranks(args, mode, n, trace_dir, timeout_ms):
+    env = dict(os.environ, SYMMEM_TRACE_DIR=str(trace_dir), SYMMEM_TIMEOUT_MS=str(timeout_ms),
+               SYMMEM_BACKEND="host")
+    env.pop("SYMMEM_TRACE_BUFFER", None)
+    cmd = [args.run, "-n", "3", "--timeout", "60", "--", args.worker, mode, str(n)]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    return r
+
+
+def trace(args, trace_dir, *extra):
+    r = subprocess.run([sys.executable, args.trace, str(trace_dir), *extra], capture_output=True,
+                       text=True, timeout=60)
+    return r
+
+
+def fail(msg, *outputs):
+    print("FAIL:", msg)
+    for o in outputs:
+        print(o)
+    sys.exit(1)
+
+
+def scenario_stop(args, d):
+    r = run_ranks(args, "stop", ALL_REDUCES, d, 2000)
+    if r.returncode == 0:
+        fail("the run with a stopped rank succeeded", r.stdout, r.stderr)
+    files = sorted(p.name for p in d.glob("rank*.json"))
+    if "rank2.json" in files or "rank0.json" not in files or "rank1.json" not in files:
+        fail(f"expected dumps of ranks 0 and 1 only, found {files}", r.stdout, r.stderr)
+    d0 = json.loads((d / "rank0.json").read_text())
+    if d0["reason"] not in ("timeout", "peer_failure"):
+        fail(f"rank 0 dumped for {d0['reason']!r}", json.dumps(d0)[:2000])
+    # The sequence number of the 50th all_reduce (the allocation is numbered too).
+    ars = [e for e in d0["groups"][0]["entries"] if e["op"] == "all_reduce"]
+    if len(ars) < ALL_REDUCES:
+        fail(f"rank 0 recorded {len(ars)} all_reduces, expected {ALL_REDUCES}")
+    stuck = ars[ALL_REDUCES - 1]
+    if stuck["state"] != "failed" or 2 not in stuck["waiting_for"]:
+        fail(f"rank 0's 50th all_reduce: {stuck}")
+    t = trace(args, d)
+    first = t.stdout.splitlines()[0] if t.stdout else ""
+    want = f"seq {stuck['seq']}"
+    if not first.startswith("rank 2 ") or want not in first or "all_reduce" not in first:
+        fail(f"symmem-trace's first line should name rank 2 and {want}: {first!r}", t.stdout,
+             t.stderr)
+    if t.returncode == 0:
+        fail("symmem-trace exited 0 on a hang")
+    print("stop:", first)
+
+
+def scenario_mismatch(args, d):
+    r = run_ranks(args, "mismatch", 10, d, 5000)
+    if r.returncode != 0 or r.stdout.count("refused=InvalidArgument") != 3:
+        fail("every rank should refuse the mismatched op and exit cleanly", r.stdout, r.stderr)
+    files = sorted(p.name for p in d.glob("rank*.json"))
+    if len(files) != 3:
+        fail(f"expected 3 dumps, found {files}", r.stdout, r.stderr)
+    t = trace(args, d)
+    out = t.stdout
+    if "disagree" not in out or "count" not in out or "1024" not in out or "512" not in out:
+        fail("symmem-trace did not report the count disagreement", out, t.stderr)
+    print("mismatch:", out.splitlines()[0])
+
+
+def scenario_ok(args, d):
+    r = run_ranks(args, "ok", 20, d, 5000)
+    if r.returncode != 0:
+        fail("the clean run failed", r.stdout, r.stderr)
+    if r.stdout.count("SIGNAL-DUMP") != 3:
+        fail("SIGUSR1 did not dump on every rank", r.stdout, r.stderr)
+    files = sorted(p.name for p in d.glob("rank*.json"))
+    if files != ["rank0.json", "rank1.json", "rank2.json"]:
+        fail(f"expected an exit dump of every rank, found {files}")
+    for f in files:
+        j = json.loads((d / f).read_text())
+        g = j["groups"][0]
+        if j["reason"] != "exit" or g["last_completed"] != g["last_enqueued"]:
+            fail(f"{f}: reason {j['reason']}, last_completed {g['last_completed']}, "
+                 f"last_enqueued {g['last_enqueued']}")
+    t = trace(args, d)
+    if t.returncode != 0 or not t.stdout.startswith("no rank is behind"):
+        fail("symmem-trace found a problem in a clean run", t.stdout, t.stderr)
+    perfetto = d / "timeline.json"
+    t = trace(args, d, "--perfetto", str(perfetto))
+    events = json.loads(perfetto.read_text())["traceEvents"]
+    slices = [e for e in events if e.get("ph") == "X"]
+    if len({e["pid"] for e in slices}) != 3 or len(slices) < 3 * 20:
+        fail(f"perfetto: {len(slices)} slices on pids {sorted({e['pid'] for e in slices})}")
+    print("ok:", len(slices), "slices")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--worker", required=True)
+    ap.add_argument("--trace", required=True, help="the symmem-trace script")
+    ap.add_argument("scenarios", nargs="*", default=["stop", "mismatch", "ok"])
+    args = ap.parse_args()
+    for s in args.scenarios:
+        with tempfile.TemporaryDirectory(prefix=f"symmem-flight-{s}-") as tmp:
+            globals()[f"scenario_{s}"](args, pathlib.Path(tmp))
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
