@@ -59,6 +59,15 @@ struct RendezvousInfo {
 };
 
 // A resolved op, after the core's validation. Pointers are in the op's device memory.
+// One op's device times (NOTE [device timestamps] in src/core/trace.hpp): host memory that a GPU
+// backend registers (mapped) and its kernel writes. All zero when the op is enqueued.
+struct DeviceTimes {
+  uint64_t start = 0;  // %globaltimer (ns) when the op's kernel started (block 0); 0: not yet
+  uint64_t end = 0;    // %globaltimer when its last block finished; 0: not yet
+  int64_t offset = 0;  // CLOCK_REALTIME ns minus %globaltimer ns on that GPU (the backend's)
+  uint64_t armed = 0;  // 1: the backend launched a kernel that writes start and end
+};
+
 struct OpArgs {
   OpKind kind = OpKind::barrier;
   const Group* group = nullptr;
@@ -92,6 +101,12 @@ struct OpArgs {
   // arguments). Growing it during CUDA graph capture is an InvalidArgument error. Callable only
   // during Backend::run (it refers to the caller's group).
   std::function<SymmetricMemory(size_t bytes)> workspace;
+  // The flight recorder's slot for this GPU op's device times, or null (recorder off, CPU op).
+  // `device_times_ring`: the page-aligned host memory holding every slot of the recorder, to
+  // register once; it is never freed once handed to a backend.
+  DeviceTimes* device_times = nullptr;
+  void* device_times_ring = nullptr;
+  size_t device_times_ring_bytes = 0;
 };
 
 class SYMMEM_API Backend {

@@ -551,6 +551,15 @@ uint64_t trace_bytes(const Call& c) {
          es;
 }
 
+// A GPU op's device-times slot (NOTE [device timestamps] in core/trace.hpp), after start().
+void attach_device_times(OpArgs& a, const detail::TraceScope& trace) noexcept {
+  if (DeviceTimes* d = trace.device_times()) {
+    a.device_times = d;
+    a.device_times_ring = trace.device_times_ring();
+    a.device_times_ring_bytes = trace.device_times_ring_bytes();
+  }
+}
+
 // Records a failed call, with what was learnt of its backend and device.
 void trace_failed(detail::TraceScope& trace, const Call& c, const Error& e) noexcept {
   if (!trace.active()) return;
@@ -599,7 +608,7 @@ void run_collective_traced(Call& c, const OpOptions& o, Check& check, detail::Tr
     trace.start(c.backend->name(), c.device, o.stream, c.count, trace_bytes(c), !gpu);
   c.backend->run(args);
   if (gpu)
-    trace.launched();  // HOOK [device timestamps] (core/trace.hpp)
+    trace.launched();  // NOTE [device timestamps] (core/trace.hpp)
   else
     trace.completed();
 }
@@ -890,10 +899,13 @@ void one_sided_traced(OpKind kind, const SymmetricMemory& target, size_t offset,
   Device device = target.device();
   a.workspace = [group, device](size_t b) { return group_workspace(group, device, b); };
   const bool gpu = device.is_cuda();
-  if (trace.active()) trace.start(target.backend(), device, o.stream, bytes, bytes, !gpu);
+  if (trace.active()) {
+    trace.start(target.backend(), device, o.stream, bytes, bytes, !gpu);
+    attach_device_times(a, trace);
+  }
   backend->run(a);
   if (gpu)
-    trace.launched();  // HOOK [device timestamps] (core/trace.hpp)
+    trace.launched();  // NOTE [device timestamps] (core/trace.hpp)
   else
     trace.completed();
 }
@@ -927,10 +939,13 @@ void barrier(const Group& group, const OpOptions& options) {
     }
     OpArgs args = make_args(c, options);
     const bool gpu = c.device.is_cuda();
-    if (trace.active()) trace.start(c.backend->name(), c.device, options.stream, 0, 0, !gpu);
+    if (trace.active()) {
+      trace.start(c.backend->name(), c.device, options.stream, 0, 0, !gpu);
+      attach_device_times(args, trace);
+    }
     c.backend->run(args);
     if (gpu)
-      trace.launched();  // HOOK [device timestamps] (core/trace.hpp)
+      trace.launched();  // NOTE [device timestamps] (core/trace.hpp)
     else
       trace.completed();
   } catch (const Error& e) {

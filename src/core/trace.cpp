@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -211,10 +212,14 @@ void group_json(std::string& out, const FlightRecorder& r) {
   }
   out += "], \"backend\": ";
   json_str(out, backend);
+  uint64_t completed = r.last_completed();  // host ops, and GPU ops their kernel finished
+  for (const TraceEntryCopy& e : entries) {
+    if (!e.one_sided && e.state == TraceState::completed) completed = std::max(completed, e.seq);
+  }
   out += ",\n     \"last_enqueued\": ";
   json_uint(out, r.last_enqueued());
   out += ", \"last_completed\": ";
-  json_uint(out, r.last_completed());
+  json_uint(out, completed);
   out += ",\n     \"entries\": [";
   for (size_t i = 0; i < entries.size(); ++i) {
     out += i ? ",\n       " : "\n       ";
@@ -536,10 +541,12 @@ void TraceScope::start_(const char* backend, Device device, const void* stream, 
   e_->stream = reinterpret_cast<uintptr_t>(stream);
   e_->count = count;
   e_->bytes = bytes;
-  // A GPU op is only enqueued here; its start is the device's (HOOK [device timestamps]).
+  // A GPU op is only enqueued here; its start is the device's (NOTE [device timestamps]).
   if (synchronous) {
     e_->state = TraceState::started;
     e_->start_ns = t;
+  } else if (rec_->times_ != nullptr && e_ != &t_scratch) {
+    times_ = rec_->times_for(e_);
   }
   write_end(e_);
 }
@@ -573,7 +580,7 @@ void TraceScope::finish_(bool completed) noexcept {
   }
   if (!e_) return;
   if (!completed) {
-    // HOOK [device timestamps]: record the op's start/end events on e_->stream here.
+    // A GPU op: its kernel writes the device times (NOTE [device timestamps]).
     e_ = nullptr;
     return;
   }
@@ -625,12 +632,30 @@ void TraceScope::failed_(ErrorCode code, const char* what) noexcept {
   }
 }
 
+void* TraceScope::device_times_ring() const noexcept {
+  return times_ != nullptr ? rec_->times_ : nullptr;
+}
+size_t TraceScope::device_times_ring_bytes() const noexcept {
+  return times_ != nullptr ? rec_->times_bytes_ : 0;
+}
+
 // ---- FlightRecorder -----------------------------------------------------------------------------
 FlightRecorder::FlightRecorder(TraceGroupInfo info, size_t capacity)
     : info_(std::move(info)), capacity_(capacity) {
   if (capacity_ != 0) {
     ring_ = static_cast<TraceEntry*>(std::calloc(capacity_, sizeof(TraceEntry)));
     if (ring_ == nullptr) capacity_ = 0;
+  }
+  if (capacity_ != 0) {  // NOTE [device timestamps]: pages are touched only by GPU ops
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    times_bytes_ = (capacity_ * sizeof(DeviceTimes) + page - 1) / page * page;
+    void* m =
+        ::mmap(nullptr, times_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m != MAP_FAILED) {
+      times_ = static_cast<DeviceTimes*>(m);
+    } else {
+      times_bytes_ = 0;
+    }
   }
   if (info_.rank >= 0 && info_.rank < static_cast<int>(info_.global_ranks.size())) {
     g_last_rank.store(info_.global_ranks[info_.rank]);
@@ -647,6 +672,15 @@ FlightRecorder::~FlightRecorder() {
     v.erase(std::remove(v.begin(), v.end(), this), v.end());
   }
   std::free(ring_);
+  // A ring handed to a backend may be registered with CUDA: it stays (NOTE [device timestamps]).
+  if (times_ != nullptr && !times_handed_.load()) ::munmap(times_, times_bytes_);
+}
+
+DeviceTimes* FlightRecorder::times_for(const TraceEntry* e) noexcept {
+  DeviceTimes* d = &times_[e - ring_];
+  std::memset(static_cast<void*>(d), 0, sizeof(*d));
+  times_handed_.store(true, std::memory_order_relaxed);
+  return d;
 }
 
 std::vector<TraceEntryCopy> FlightRecorder::entries() const {
@@ -690,6 +724,25 @@ std::vector<TraceEntryCopy> FlightRecorder::entries() const {
     c.backend[sizeof(c.backend) - 1] = '\0';
     c.error[sizeof(c.error) - 1] = '\0';
     if (c.enqueue_ns == 0) continue;  // never written
+    if (times_ != nullptr && c.device_type == static_cast<int>(DeviceType::cuda) &&
+        c.state == TraceState::enqueued) {
+      // The kernel's times, read now (NOTE [device timestamps]).
+      const volatile DeviceTimes* d = &times_[n % capacity_];
+      const uint64_t armed = d->armed;
+      const int64_t offset = d->offset;
+      const uint64_t start = d->start;
+      const uint64_t end = d->end;
+      if (armed != 0 && start != 0) {
+        c.state = end != 0 ? TraceState::completed : TraceState::started;
+        c.start_ns = static_cast<int64_t>(start) + offset;
+        if (end != 0) c.end_ns = static_cast<int64_t>(end) + offset;
+      }
+      if (armed == 2) {  // a wait of its kernel timed out (the kernel still ends its epoch)
+        c.state = TraceState::failed;
+        if (c.error[0] == '\0')
+          copy_cstr(c.error, sizeof(c.error), "a wait of its GPU kernel timed out");
+      }
+    }
     out.push_back(c);
   }
   return out;

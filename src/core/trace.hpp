@@ -21,10 +21,8 @@
 //     retries an entry caught mid-write.
 // States: host ops are synchronous (enqueued at the call, started once the arguments are
 // agreed and the backend runs, completed or failed when the call returns). GPU ops (device
-// cuda:k: the cuda, nccl, nvshmem backends) stay "enqueued" once launched: the host does not
-// learn when the stream runs them. HOOK [device timestamps]: TraceScope::launched() is where a
-// later change records events on the op's stream (start/end), to be resolved into start_ns /
-// end_ns and completed/failed when a dump or a later op finds them done.
+// cuda:k) are "enqueued" when launched: the host does not wait for them. NOTE [device timestamps]
+// says how they become started/completed.
 //
 // Dumps (SYMMEM_TRACE_DIR set; format: docs/debugging.md, "Flight-recorder dump format"): the
 // process writes DIR/rank<R>.json (R: its global rank) with every live group's ring
@@ -38,6 +36,22 @@
 //     reason and error say what went wrong; the rings were frozen by the failure anyway).
 // A dump never throws and never waits more than ~100 ms for the registry of recorders (the
 // only lock it takes); it writes rank<R>.json.tmp and renames it.
+//
+// NOTE [device timestamps]
+// A recorder with a ring also owns `times`, one DeviceTimes (symmem/backend.hpp) per ring slot,
+// in page-aligned host memory. A GPU op gets its entry's slot, zeroed, in OpArgs::device_times
+// (not during CUDA graph capture: a replayed kernel would write into a slot reused by later
+// ops). The cuda backend (and the nccl backend on its LSA path, which runs the same kernels)
+// registers the ring once (cudaHostRegister, mapped), measures once per GPU the offset of
+// %globaltimer to CLOCK_REALTIME, stores it in the slot with armed = 1, and passes the slot to
+// the kernel (SyncArgs::times): block 0 writes start when it begins, the last block to finish
+// writes end. Nothing waits for them: a dump reads the slots it copies (read lazily), and an
+// armed entry becomes "started" (start written) or "completed" (end written) with start_ns /
+// end_ns on the host clock; last_completed then counts the GPU's progress too. A kernel that
+// times out returns without end: the entry stays "started", which is what a user looking for
+// the stuck op wants to see. Ops whose kernels take no SyncArgs (put/get copies, world size 1
+// copies, NCCL's own collectives, nvshmem) are not armed and stay "enqueued". Once a ring was
+// handed to a backend it is never unmapped (a registered range must not be freed under CUDA).
 //
 // NOTE [nvtx ranges]
 // With an NVTX tool attached (NVTX_INJECTION64_PATH set: nsys, or the test's injection library)
@@ -63,6 +77,7 @@
 #include <string>
 #include <vector>
 
+#include "symmem/backend.hpp"
 #include "symmem/error.hpp"
 #include "symmem/export.hpp"
 #include "symmem/types.hpp"
@@ -179,7 +194,7 @@ class SYMMEM_API TraceScope {
   void completed() noexcept {
     if (rec_) finish_(true);
   }
-  // A GPU op was enqueued on its stream: it stays "enqueued" (HOOK [device timestamps]).
+  // A GPU op was enqueued on its stream (NOTE [device timestamps]).
   void launched() noexcept {
     if (rec_) finish_(false);
   }
@@ -190,6 +205,10 @@ class SYMMEM_API TraceScope {
   void failed(const char* what) noexcept {
     if (rec_) failed_(ErrorCode::Internal, what);
   }
+  // After start() of a GPU op: its device-times slot and the ring holding it (null: none).
+  DeviceTimes* device_times() const noexcept { return times_; }
+  void* device_times_ring() const noexcept;
+  size_t device_times_ring_bytes() const noexcept;
   // The entry's backend/device when the op failed before start() (no-op after it).
   void set_backend(const std::string& backend, Device device) noexcept {
     if (rec_ && e_) set_backend_(backend.c_str(), device);
@@ -207,8 +226,9 @@ class SYMMEM_API TraceScope {
 
   FlightRecorder* rec_;
   TraceEntry* e_ = nullptr;
-  TraceOp op_{};       // as begun (the NVTX message)
-  bool nvtx_ = false;  // a range is pushed (NOTE [nvtx ranges])
+  TraceOp op_{};                  // as begun (the NVTX message)
+  DeviceTimes* times_ = nullptr;  // a GPU op's device-times slot
+  bool nvtx_ = false;             // a range is pushed (NOTE [nvtx ranges])
   uint64_t seq_ = 0;
   int64_t begin_ns_ = 0;
   bool one_sided_ = false;
@@ -245,13 +265,17 @@ class SYMMEM_API FlightRecorder {
  private:
   friend class TraceScope;
   TraceEntry* slot(uint64_t n) noexcept { return &ring_[n % capacity_]; }
+  DeviceTimes* times_for(const TraceEntry* e) noexcept;  // the entry's slot, zeroed, handed out
 
   TraceGroupInfo info_;
   size_t capacity_;
-  TraceEntry* ring_ = nullptr;          // capacity_ entries (none when 0)
-  std::atomic<uint64_t> seq_{0};        // last seq handed out
-  std::atomic<uint64_t> slots_{0};      // entries ever written
-  std::atomic<uint64_t> completed_{0};  // highest completed seq
+  TraceEntry* ring_ = nullptr;    // capacity_ entries (none when 0)
+  DeviceTimes* times_ = nullptr;  // capacity_ slots, page-aligned (NOTE [device timestamps])
+  size_t times_bytes_ = 0;
+  std::atomic<bool> times_handed_{false};  // given to a backend: never unmapped
+  std::atomic<uint64_t> seq_{0};           // last seq handed out
+  std::atomic<uint64_t> slots_{0};         // entries ever written
+  std::atomic<uint64_t> completed_{0};     // highest completed seq
 };
 
 // Writes DIR/rank<R>.json now (SYMMEM_TRACE_DIR set; else nothing). `reason`: one of the

@@ -31,6 +31,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -41,6 +43,7 @@
 #include <unordered_map>
 
 #include "core/check.hpp"
+#include "core/log.hpp"
 #include "core/trace.hpp"
 #include "cuda/kernels/kernels.hpp"
 #include "cuda/kernels/tuning.hpp"
@@ -114,7 +117,13 @@ struct Process {
   std::unordered_map<const void*, GroupWs> group_ws;
   std::unordered_map<int, int> sm_count;  // per device
   int device_count = 0;
+  // NOTE [device timestamps]: the recorders' rings registered here (host pointer -> device
+  // address minus host pointer; kNoTimes when registration failed) and each GPU's offset of
+  // %globaltimer to CLOCK_REALTIME (kNoTimes: calibration failed).
+  std::unordered_map<const void*, int64_t> times_rings;
+  std::unordered_map<int, int64_t> clock_offset;
 };
+constexpr int64_t kNoTimes = INT64_MIN;
 Process& proc() {
   static Process* p = new Process;  // never destroyed: kernels may reference its memory at exit
   return *p;
@@ -131,6 +140,8 @@ struct Call {
   uint64_t timeout_ns;
   int max_blocks;
   bool capturing;
+  uint64_t* times =
+      nullptr;  // the op's DeviceTimes slot, device address (NOTE [device timestamps])
 };
 
 const char* op_error_name(K::OpErrorCode code) {
@@ -229,6 +240,92 @@ Call make_call(const OpArgs& a) {
       static_cast<int>(symmem::env::gpu_blocks_per_sm().value_or(K::kBlocksPerSm));
   c.max_blocks = std::clamp(sms * per_sm / per_gpu, 1, K::kMaxBlocks);
   return c;
+}
+
+int64_t realtime_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// CLOCK_REALTIME minus %globaltimer on this GPU: a one-thread kernel on a private stream reads
+// the timer between two host clock reads (best of 5; error within half the round trip, a few
+// microseconds). kNoTimes when it cannot be measured within 1 s (a GPU full of waiting kernels).
+int64_t measure_clock_offset() {
+  uint64_t* h = nullptr;
+  if (cudaHostAlloc(reinterpret_cast<void**>(&h), sizeof(uint64_t), cudaHostAllocMapped) !=
+      cudaSuccess) {
+    cudaGetLastError();
+    return kNoTimes;
+  }
+  uint64_t* d = nullptr;
+  cudaStream_t st = nullptr;
+  int64_t best = kNoTimes, best_rtt = INT64_MAX;
+  if (cudaHostGetDevicePointer(reinterpret_cast<void**>(&d), h, 0) == cudaSuccess &&
+      cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess) {
+    for (int i = 0; i < 5; ++i) {
+      *reinterpret_cast<volatile uint64_t*>(h) = 0;
+      const int64_t t0 = realtime_ns();
+      if (K::launch_read_globaltimer(d, st) != 0) break;
+      cudaError_t q = cudaErrorNotReady;
+      while ((q = cudaStreamQuery(st)) == cudaErrorNotReady && realtime_ns() - t0 < 1000000000) {
+      }
+      const int64_t t1 = realtime_ns();
+      if (q != cudaSuccess) break;
+      const uint64_t g = *reinterpret_cast<volatile uint64_t*>(h);
+      if (g != 0 && t1 - t0 < best_rtt) {
+        best_rtt = t1 - t0;
+        best = t0 + (t1 - t0) / 2 - static_cast<int64_t>(g);
+      }
+    }
+  }
+  cudaGetLastError();
+  if (st != nullptr) {
+    if (cudaStreamQuery(st) == cudaSuccess) {
+      cudaStreamDestroy(st);
+      cudaFreeHost(h);
+    }  // else: left to finish (and leaked) rather than freed under a pending kernel
+  } else {
+    cudaFreeHost(h);
+  }
+  return best;
+}
+
+// The op's device-times slot as the kernel's address, armed, or null (NOTE [device timestamps]
+// in core/trace.hpp). Not during capture: a graph replays into a slot later ops reuse.
+uint64_t* arm_device_times(const Call& c) {
+  symmem::DeviceTimes* t = c.a.device_times;
+  if (t == nullptr || c.capturing || c.a.device_times_ring == nullptr) return nullptr;
+  int64_t delta = kNoTimes, offset = kNoTimes;
+  {
+    Process& P = proc();
+    std::lock_guard<std::mutex> lock(P.mu);
+    auto r = P.times_rings.find(c.a.device_times_ring);
+    if (r == P.times_rings.end()) {
+      int64_t dl = kNoTimes;
+      void* dptr = nullptr;
+      if (cudaHostRegister(c.a.device_times_ring, c.a.device_times_ring_bytes,
+                           cudaHostRegisterMapped | cudaHostRegisterPortable) == cudaSuccess &&
+          cudaHostGetDevicePointer(&dptr, c.a.device_times_ring, 0) == cudaSuccess) {
+        dl = static_cast<char*>(dptr) - static_cast<char*>(c.a.device_times_ring);
+      } else {
+        SYMMEM_LOG(INFO, INIT) << "flight recorder: cannot register its device-times ring ("
+                               << cudaGetErrorString(cudaGetLastError())
+                               << "); GPU ops stay 'enqueued' in dumps";
+      }
+      r = P.times_rings.emplace(c.a.device_times_ring, dl).first;
+    }
+    delta = r->second;
+    auto o = P.clock_offset.find(c.a.device.index);
+    if (o == P.clock_offset.end()) {
+      o = P.clock_offset.emplace(c.a.device.index, measure_clock_offset()).first;
+    }
+    offset = o->second;
+  }
+  if (delta == kNoTimes || offset == kNoTimes) return nullptr;
+  t->offset = offset;
+  t->armed = 1;
+  return reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(t) + delta);
 }
 
 int blocks_for(const Call& c, int64_t work, int64_t per_block) {
@@ -377,6 +474,7 @@ Ws get_ws(const Call& c, size_t data_bytes) {
   w.sync.timeout_record = trec;
   w.sync.error_record = P.op_error;
   w.sync.desc_offset = static_cast<uint32_t>(w.L.desc_offset);
+  w.sync.times = c.times;
   return w;
 }
 
@@ -683,6 +781,7 @@ void cuda_run_op(const OpArgs& a) {
   DeviceGuard guard(a.device.index);
   raise_op_error(op, rank);
   Call c = make_call(a);
+  if (a.kind != OpKind::put && a.kind != OpKind::get) c.times = arm_device_times(c);
   if (a.kind == OpKind::put || a.kind == OpKind::get) {
     char* remote = static_cast<char*>(a.target.ptr(a.root));
     if (remote == nullptr) {

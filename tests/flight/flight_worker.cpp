@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
     }
     if (mode == "ok") {
       const char* dir = std::getenv("SYMMEM_TRACE_DIR");
-      const std::string path = std::string(dir ? dir : ".") + "/rank" + std::to_string(rank) + ".json";
+      const std::string path =
+          std::string(dir ? dir : ".") + "/rank" + std::to_string(rank) + ".json";
       raise(SIGUSR1);  // the recorder's handler: its thread writes the dump
       for (int t = 0; t < 200; ++t) {
         std::ifstream f(path);

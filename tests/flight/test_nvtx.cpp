@@ -71,8 +71,8 @@ TEST(Nvtx, EveryOpIsARangeWithItsFields) {
 
   // Every op kind: one range each, named by the op.
   mark = log_lines().size();
-  reduce_scatter(buf.ptr(0), static_cast<char*>(buf.ptr(0)) + n * 4, n, DType::f32,
-                 ReduceOp::max, g);
+  reduce_scatter(buf.ptr(0), static_cast<char*>(buf.ptr(0)) + n * 4, n, DType::f32, ReduceOp::max,
+                 g);
   all_gather(buf.ptr(0), static_cast<char*>(buf.ptr(0)) + n * 4, n, DType::f32, g);
   all_to_all(buf.ptr(0), static_cast<char*>(buf.ptr(0)) + n * 4, n, DType::f32, g);
   broadcast(buf.ptr(0), static_cast<char*>(buf.ptr(0)) + n * 4, n, DType::f32, 0, g);
@@ -109,7 +109,8 @@ int main(int argc, char** argv) {
     std::printf("SKIPPED: libsymmem was built without the NVTX3 headers (SYMMEM_WITH_NVTX)\n");
     return 77;
   }
-  if (std::getenv("NVTX_INJECTION64_PATH") == nullptr || std::getenv("SYMMEM_NVTX_LOG") == nullptr) {
+  if (std::getenv("NVTX_INJECTION64_PATH") == nullptr ||
+      std::getenv("SYMMEM_NVTX_LOG") == nullptr) {
     std::printf("test_nvtx needs NVTX_INJECTION64_PATH and SYMMEM_NVTX_LOG (set by ctest)\n");
     return 2;
   }

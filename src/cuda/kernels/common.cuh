@@ -40,6 +40,16 @@ SYMMEM_DEVICE_INLINE void record_timeout(const SyncArgs& s, int channel, int pee
   if (s.timeout_record != nullptr) {
     (void)dev::write_timeout_record(s.timeout_record, s.rank, channel, peer_rank);
   }
+  // The flight recorder's slot: armed 2 = a wait of this kernel timed out (NOTE [device
+  // timestamps] in src/core/trace.hpp).
+  if (s.times != nullptr) *reinterpret_cast<volatile uint64_t*>(s.times + 3) = 2;
+}
+
+// The flight recorder's device times (NOTE [device timestamps]): start by block 0 when it begins.
+SYMMEM_DEVICE_INLINE void trace_start(const SyncArgs& s) {
+  if (s.times != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+    *reinterpret_cast<volatile uint64_t*>(s.times) = dev::globaltimer_ns();
+  }
 }
 
 // timeout_ns is resolved on the host (timeout_to_ns: never 0), so dev::Deadline::after's
@@ -52,7 +62,9 @@ SYMMEM_DEVICE_INLINE dev::Deadline deadline_after(uint64_t timeout_ns) {
 SYMMEM_DEVICE_INLINE uint32_t* ctrl_words(const SyncArgs& s) {
   return reinterpret_cast<uint32_t*>(peer(s.ctrl, s.rank));
 }
+// Every kernel calls it first (all threads): the op's epoch, and its start time.
 SYMMEM_DEVICE_INLINE uint32_t read_epoch(const SyncArgs& s) {
+  trace_start(s);
   return dev::load_volatile(ctrl_words(s));
 }
 
@@ -68,6 +80,10 @@ SYMMEM_DEVICE_INLINE void finish_epoch(const SyncArgs& s, uint32_t epoch) {
       dev::store_volatile(w + 1, 0u);
       dev::store_volatile(w, epoch + 1);
       __threadfence();
+      if (s.times != nullptr) {  // the op's end (NOTE [device timestamps])
+        *reinterpret_cast<volatile uint64_t*>(s.times + 1) = dev::globaltimer_ns();
+        __threadfence_system();
+      }
     }
   }
 }

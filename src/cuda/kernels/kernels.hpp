@@ -99,6 +99,10 @@ struct SyncArgs {
   // (GPU ops have no host-side agreement), NOTE [zero-copy agreement] in cuda_ops.cu.
   int64_t desc[4] = {-1, -1, -1, -1};
   uint32_t desc_offset = 0;  // of the descriptor table [world][4] int64 in the control region
+  // The flight recorder's DeviceTimes slot (symmem/backend.hpp) as a device address, or null:
+  // [0] start, [1] end (%globaltimer ns), [3] set to 2 when a wait timed out (NOTE [device
+  // timestamps] in src/core/trace.hpp).
+  uint64_t* times = nullptr;
 };
 
 // LL one-shot family: all_reduce, reduce_scatter (reduce = true), all_gather, all_to_all.
@@ -194,5 +198,8 @@ int launch_reduce(const ReduceArgs& a, KType type, int blocks, void* stream);
 int launch_move(const MoveArgs& a, int blocks, void* stream);
 int launch_all_to_all_v(const AllToAllVArgs& a, int blocks, void* stream);
 int launch_copy(const CopyArgs& a, int blocks, void* stream);
+// One thread writes %globaltimer to `out` (device address of mapped host memory): the clock
+// calibration of NOTE [device timestamps].
+int launch_read_globaltimer(uint64_t* out, void* stream);
 
 }  // namespace symmem::cuda::kernels

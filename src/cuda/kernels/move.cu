@@ -86,6 +86,11 @@ __global__ void __launch_bounds__(kThreads, 2) copy_kernel(const CopyArgs a) {
   copy_share(a.dst, a.src, a.bytes, blockIdx.x, gridDim.x);
 }
 
+__global__ void read_globaltimer_kernel(uint64_t* out) {
+  *reinterpret_cast<volatile uint64_t*>(out) = dev::globaltimer_ns();
+  __threadfence_system();
+}
+
 }  // namespace
 
 int launch_move(const MoveArgs& a, int blocks, void* stream) {
@@ -95,6 +100,11 @@ int launch_move(const MoveArgs& a, int blocks, void* stream) {
 
 int launch_copy(const CopyArgs& a, int blocks, void* stream) {
   copy_kernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int launch_read_globaltimer(uint64_t* out, void* stream) {
+  read_globaltimer_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(out);
   return static_cast<int>(cudaGetLastError());
 }
 
