@@ -176,6 +176,7 @@ struct Call {
   std::shared_ptr<Backend> backend;
   Millis timeout{0};
   Holders holders;
+  size_t msg_bytes = 0;  // the larger buffer of a checked blocked op (the recorder's bytes)
 };
 
 // Checks a buffer argument: null, alignment, ownership (another group, out of range).
@@ -500,6 +501,7 @@ void check_collective(Call& c) {
                          b == Blocks::world ? static_cast<size_t>(c.world) : 1);
   };
   const size_t send_bytes = bytes_of(c.info.send), recv_bytes = bytes_of(c.info.recv);
+  c.msg_bytes = std::max(send_bytes, recv_bytes);
   const size_t block = c.count * es;  // fits: checked above
   bool in_place = false;
   switch (c.info.in_place) {
@@ -544,11 +546,8 @@ detail::TraceOp trace_op(const Call& c) {
 // The message size of a checked call, as nccl-tests counts it: the larger buffer of a rank.
 uint64_t trace_bytes(const Call& c) {
   if (!c.info.collective()) return 0;
-  const size_t es = dtype_size(c.dtype);
-  if (c.info.send == op_table::Blocks::var) return c.count * es;
-  return std::max(block_elems(c.info.send, c.count, c.world),
-                  block_elems(c.info.recv, c.count, c.world)) *
-         es;
+  if (c.msg_bytes != 0 || c.count == 0) return c.msg_bytes;  // set by check_collective
+  return c.count * dtype_size(c.dtype);                      // all_to_all_v: what it sends
 }
 
 // A GPU op's device-times slot (NOTE [device timestamps] in core/trace.hpp), after start().

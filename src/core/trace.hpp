@@ -148,14 +148,14 @@ struct TraceEntry {
   int32_t device_index;
   uint64_t seq;
   uint64_t count, bytes, stream;
-  int64_t enqueue_ns, start_ns, end_ns;  // CLOCK_REALTIME; 0: not yet
+  int64_t enqueue_ns, start_ns, end_ns;  // ticks (NOTE [recorder clock], trace.cpp); 0: not yet
   char backend[16];
   int32_t waiting_for[kWaitNoteRanks];  // global ranks
   char error[kTraceErrorBytes];
 };
 
 // A plain copy of an entry, as a dump reads it.
-struct TraceEntryCopy {
+struct TraceEntryCopy {  // times in CLOCK_REALTIME ns (0: none)
   TraceState state;
   bool one_sided;
   int n_waiting;
