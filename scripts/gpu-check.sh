@@ -240,6 +240,19 @@ if [ -n "$SYMMEM_RUN" ] && [ -n "$SYMMEM_BENCH" ]; then
        -b 24 -e 4194304 -f 7 -n 5 -w 1 --json '$OUT/bench_cuda_f64_avg.jsonl' &&
      '$SYMMEM_RUN' -n 2 -- '$SYMMEM_BENCH' --backend cuda --op all_reduce --dtype i64 --redop max \
        -b 24 -e 4194304 -f 7 -n 5 -w 1 --json '$OUT/bench_cuda_i64_max.jsonl'"
+  # The flight recorder on the GPU (issue #18): 4 ranks, every op, dumps at exit with the
+  # kernels' device times; symmem-trace and its Perfetto timeline; the recorder's cost.
+  STEP_DETAIL="--op all bf16, 4 ranks, --trace: device times, symmem-trace, Perfetto" \
+    run_step trace_cuda_np4 120 bash -c \
+    "env SYMMEM_ALLOW_SHARED_GPU=1 SYMMEM_TIMEOUT_MS=30000 '$SYMMEM_RUN' -n 4 -- '$SYMMEM_BENCH' \
+       --backend cuda --op all --dtype bf16 -b 4096 -e 4194304 -f 32 --trace '$OUT/trace_np4' &&
+     python3 '$ROOT/scripts/check-gpu-trace.py' '$OUT/trace_np4' --ranks 4 \
+       --trace-tool '$ROOT/tools/trace/symmem-trace' --perfetto '$OUT/trace_np4.perfetto.json'"
+  if [ -x "$BUILD/bench/gpu_allreduce_bench" ]; then
+    STEP_DETAIL="bench/trace_overhead.py cuda: SYMMEM_TRACE_BUFFER 0 vs 2000, 2 ranks, eager" \
+      run_step trace_overhead_cuda 120 python3 "$ROOT/bench/trace_overhead.py" --build "$BUILD" \
+      cuda --np 2 --runs 4 --iters 200 --sizes 4096,262144,4194304
+  fi
   # The other GPU backends, every op (issues 8 and 9). NCCL refuses two ranks on one GPU, so
   # its multi-rank run needs several GPUs; NVSHMEM PEs share the GPU in full MPG mode (MPS with
   # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE summing to <= 100 over the PEs, GPU.md).

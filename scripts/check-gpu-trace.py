@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Checks the flight-recorder dumps of a GPU run (issue #18, NOTE [device timestamps]):
+
+  check-gpu-trace.py DIR --ranks N [--trace-tool PATH] [--perfetto OUT.json]
+
+- DIR holds rank0.json .. rank<N-1>.json, each with GPU entries (device "cuda:k");
+- every rank has GPU entries completed by their kernel's device times: start_ns <= end_ns,
+  durations under 10 s, start_ns after the host enqueue minus the clock calibration's slack
+  (5 ms) and end_ns before the dump's time;
+- symmem-trace DIR exits 0 (no rank behind) and --perfetto writes JSON with one process
+  track per rank and complete slices ("ph": "X") on each.
+Prints per rank the number of GPU entries, how many carry device times, and the median device
+duration per op and size. Exit 1 on any failure."""
+import argparse
+import collections
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dir")
+    ap.add_argument("--ranks", type=int, required=True)
+    ap.add_argument("--trace-tool",
+                    default=os.path.join(os.path.dirname(__file__), "..", "tools", "trace",
+                                         "symmem-trace"))
+    ap.add_argument("--perfetto", default=None)
+    a = ap.parse_args()
+    bad = []
+    durations = collections.defaultdict(list)
+    for r in range(a.ranks):
+        path = os.path.join(a.dir, f"rank{r}.json")
+        if not os.path.exists(path):
+            bad.append(f"{path} missing")
+            continue
+        d = json.load(open(path))
+        gpu = [e for g in d["groups"] for e in g["entries"] if e["device"].startswith("cuda")]
+        timed = [e for e in gpu if e["start_ns"] and e["end_ns"]]
+        for e in timed:
+            if not (e["start_ns"] <= e["end_ns"] and e["end_ns"] - e["start_ns"] < 10e9):
+                bad.append(f"rank {r} seq {e['seq']}: start {e['start_ns']} end {e['end_ns']}")
+            if e["start_ns"] < e["enqueue_ns"] - 5e6 or e["end_ns"] > d["time_ns"]:
+                bad.append(f"rank {r} seq {e['seq']}: device times outside [enqueue - 5 ms, dump]:"
+                           f" enqueue {e['enqueue_ns']} start {e['start_ns']} end {e['end_ns']}"
+                           f" dump {d['time_ns']}")
+            if e["state"] != "completed":
+                bad.append(f"rank {r} seq {e['seq']}: device times but state {e['state']}")
+            durations[(e["op"], e["bytes"])].append((e["end_ns"] - e["start_ns"]) / 1e3)
+        lag = [(e["start_ns"] - e["enqueue_ns"]) / 1e3 for e in timed]
+        print(f"rank {r}: reason {d['reason']}, {len(gpu)} GPU entries, {len(timed)} with device "
+              f"start/end" + (f", enqueue->device start median {statistics.median(lag):.1f} us"
+                              if lag else ""))
+        if not timed:
+            bad.append(f"rank {r}: no GPU entry carries device times")
+    print("\nmedian device time per op (all ranks):")
+    for (op, b), v in sorted(durations.items()):
+        print(f"  {op:16s} {b:>10d} B  {statistics.median(v):9.2f} us  ({len(v)} entries)")
+    t = subprocess.run([sys.executable, a.trace_tool, a.dir], capture_output=True, text=True)
+    print("\nsymmem-trace:", t.stdout.splitlines()[0] if t.stdout else t.stderr[-500:])
+    if t.returncode != 0:
+        bad.append(f"symmem-trace exited {t.returncode}")
+    if a.perfetto:
+        t = subprocess.run([sys.executable, a.trace_tool, a.dir, "--perfetto", a.perfetto],
+                           capture_output=True, text=True)
+        try:
+            ev = json.load(open(a.perfetto))["traceEvents"]
+        except Exception as e:  # noqa: BLE001
+            bad.append(f"perfetto output unreadable: {e}; {t.stderr[-500:]}")
+            ev = []
+        slices = [e for e in ev if e.get("ph") == "X"]
+        pids = sorted({e["pid"] for e in slices})
+        print(f"perfetto: {len(ev)} events, {len(slices)} slices on {len(pids)} process tracks")
+        if len(pids) != a.ranks:
+            bad.append(f"perfetto: slices on {len(pids)} tracks, expected {a.ranks}")
+    for b in bad[:20]:
+        print("FAIL:", b)
+    print("RESULT:", "FAILED" if bad else "PASSED")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
