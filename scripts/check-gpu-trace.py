@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Checks the flight-recorder dumps of a GPU run (issue #18, NOTE [device timestamps]):
 
-  check-gpu-trace.py DIR --ranks N [--trace-tool PATH] [--perfetto OUT.json]
+  check-gpu-trace.py DIR --ranks N [--trace-tool PATH] [--perfetto OUT.json] [--metrics FILE]
 
 - DIR holds rank0.json .. rank<N-1>.json, each with GPU entries (device "cuda:k");
 - every rank has GPU entries completed by their kernel's device times: start_ns <= end_ns,
   durations under 10 s, start_ns after the host enqueue minus the clock calibration's slack
   (5 ms) and end_ns before the dump's time;
 - symmem-trace DIR exits 0 (no rank behind) and --perfetto writes JSON with one process
-  track per rank and complete slices ("ph": "X") on each.
+  track per rank and complete slices ("ph": "X") on each;
+- with --metrics FILE (the run's SYMMEM_TRACE_FILE): every GPU entry with device times has its
+  metrics line, whose "us" is that entry's device end - start.
 Prints per rank the number of GPU entries, how many carry device times, and the median device
 duration per op and size. Exit 1 on any failure."""
 import argparse
@@ -28,7 +30,13 @@ def main():
                     default=os.path.join(os.path.dirname(__file__), "..", "tools", "trace",
                                          "symmem-trace"))
     ap.add_argument("--perfetto", default=None)
+    ap.add_argument("--metrics", default=None)
     a = ap.parse_args()
+    metrics = {}
+    if a.metrics:
+        for line in open(a.metrics):
+            m = json.loads(line)
+            metrics[(m["rank"], m["group"], m["seq"])] = m
     bad = []
     durations = collections.defaultdict(list)
     for r in range(a.ranks):
@@ -49,6 +57,21 @@ def main():
             if e["state"] != "completed":
                 bad.append(f"rank {r} seq {e['seq']}: device times but state {e['state']}")
             durations[(e["op"], e["bytes"])].append((e["end_ns"] - e["start_ns"]) / 1e3)
+        if a.metrics:
+            group_of = {id(e): g["name"] for g in d["groups"] for e in g["entries"]}
+            missing = 0
+            for e in timed:
+                m = metrics.get((r, group_of[id(e)], e["seq"]))
+                if m is None:
+                    missing += 1
+                elif abs(m["us"] - (e["end_ns"] - e["start_ns"]) / 1e3) > 0.002 or \
+                        m["backend"] != "cuda" or m["op"] != e["op"] or m["bytes"] != e["bytes"]:
+                    bad.append(f"rank {r} seq {e['seq']}: metrics line {m} does not match the"
+                               f" dump's entry {e}")
+            print(f"rank {r}: {len(timed) - missing} of {len(timed)} timed GPU entries have"
+                  f" their metrics line")
+            if missing:
+                bad.append(f"rank {r}: {missing} timed GPU entries without a metrics line")
         lag = [(e["start_ns"] - e["enqueue_ns"]) / 1e3 for e in timed]
         print(f"rank {r}: reason {d['reason']}, {len(gpu)} GPU entries, {len(timed)} with device "
               f"start/end" + (f", enqueue->device start median {statistics.median(lag):.1f} us"

@@ -244,10 +244,12 @@ if [ -n "$SYMMEM_RUN" ] && [ -n "$SYMMEM_BENCH" ]; then
   # kernels' device times; symmem-trace and its Perfetto timeline; the recorder's cost.
   STEP_DETAIL="--op all bf16, 4 ranks, --trace: device times, symmem-trace, Perfetto" \
     run_step trace_cuda_np4 120 bash -c \
-    "env SYMMEM_ALLOW_SHARED_GPU=1 SYMMEM_TIMEOUT_MS=30000 '$SYMMEM_RUN' -n 4 -- '$SYMMEM_BENCH' \
+    "env SYMMEM_ALLOW_SHARED_GPU=1 SYMMEM_TIMEOUT_MS=30000 \
+       SYMMEM_TRACE_FILE='$OUT/trace_np4.metrics.jsonl' '$SYMMEM_RUN' -n 4 -- '$SYMMEM_BENCH' \
        --backend cuda --op all --dtype bf16 -b 4096 -e 4194304 -f 32 --trace '$OUT/trace_np4' &&
      python3 '$ROOT/scripts/check-gpu-trace.py' '$OUT/trace_np4' --ranks 4 \
-       --trace-tool '$ROOT/tools/trace/symmem-trace' --perfetto '$OUT/trace_np4.perfetto.json'"
+       --trace-tool '$ROOT/tools/trace/symmem-trace' --perfetto '$OUT/trace_np4.perfetto.json' \
+       --metrics '$OUT/trace_np4.metrics.jsonl'"
   if [ -x "$BUILD/bench/gpu_allreduce_bench" ]; then
     STEP_DETAIL="bench/trace_overhead.py cuda: SYMMEM_TRACE_BUFFER 0 vs 2000, 2 ranks, eager" \
       run_step trace_overhead_cuda 120 python3 "$ROOT/bench/trace_overhead.py" --build "$BUILD" \

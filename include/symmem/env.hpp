@@ -73,7 +73,8 @@
     "If set, each rank writes its flight recorder to DIR/rank<R>.json on a Timeout or "            \
     "PeerFailure, on SIGUSR1 and at exit (docs/debugging.md).")                                    \
   X(trace_file, "SYMMEM_TRACE_FILE", "string", "", "",                                             \
-    "If set, every completed host op appends one JSON line (time, algbw, busbw) to this file.")
+    "If set, every completed op appends one JSON line (op, bytes, algo, us, algbw, busbw) to "     \
+    "this file; GPU ops when their kernel's end time arrives (docs/debugging.md).")
 
 namespace symmem::env {
 

@@ -603,8 +603,10 @@ void run_collective_traced(Call& c, const OpOptions& o, Check& check, detail::Tr
   }
   OpArgs args = make_args(c, o);
   const bool gpu = c.device.is_cuda();
-  if (trace.active())
+  if (trace.active()) {
     trace.start(c.backend->name(), c.device, o.stream, c.count, trace_bytes(c), !gpu);
+    attach_device_times(args, trace);
+  }
   c.backend->run(args);
   if (gpu)
     trace.launched();  // NOTE [device timestamps] (core/trace.hpp)

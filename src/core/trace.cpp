@@ -406,9 +406,10 @@ void open_metrics(const std::string& path) {
   g_metrics_fd.store(fd);
 }
 
-void write_metrics(int fd, const FlightRecorder& r, const TraceEntry& e) noexcept {
+// One line of SYMMEM_TRACE_FILE: `e` took `us` (host ops: call to return; GPU ops: the kernel's
+// start to end).
+void write_metrics(int fd, const FlightRecorder& r, const TraceEntry& e, double us) noexcept {
   const auto& g = r.info();
-  const double us = TickToReal().ns(e.end_ns - e.enqueue_ns) / 1e3;  // NOTE [recorder clock]
   const double algbw = us > 0 ? static_cast<double>(e.bytes) / (us * 1e3) : 0.0;  // GB/s
   double factor = 0;
   if (e.op >= 0 && e.op < kOpCount)
@@ -569,6 +570,10 @@ void note_waiting_for(const int* ranks, int n, bool global) noexcept {
 
 // ---- TraceScope ---------------------------------------------------------------------------------
 void TraceScope::begin_(const TraceOp& op) noexcept {
+  if (rec_->times_handed_.load(std::memory_order_relaxed)) {  // GPU ops ran on this group
+    const int fd = g_metrics_fd.load(std::memory_order_relaxed);
+    if (fd >= 0) rec_->report_gpu_metrics(fd);
+  }
   op_ = op;
   begin_ns_ = ticks_now();
   one_sided_ = op.one_sided;
@@ -678,7 +683,8 @@ void TraceScope::finish_(bool completed) noexcept {
     }
   }
   const int fd = g_metrics_fd.load(std::memory_order_relaxed);
-  if (fd >= 0) write_metrics(fd, *rec_, *e_);
+  if (fd >= 0)  // NOTE [recorder clock]
+    write_metrics(fd, *rec_, *e_, TickToReal().ns(e_->end_ns - e_->enqueue_ns) / 1e3);
   e_ = nullptr;
 }
 
@@ -749,6 +755,8 @@ FlightRecorder::FlightRecorder(TraceGroupInfo info, size_t capacity)
 }
 
 FlightRecorder::~FlightRecorder() {
+  const int fd = g_metrics_fd.load();
+  if (fd >= 0 && times_handed_.load()) report_gpu_metrics(fd);
   {
     std::lock_guard<std::timed_mutex> lock(registry().mu);
     auto& v = registry().recs;
@@ -764,6 +772,29 @@ DeviceTimes* FlightRecorder::times_for(const TraceEntry* e) noexcept {
   std::memset(static_cast<void*>(d), 0, sizeof(*d));
   times_handed_.store(true, std::memory_order_relaxed);
   return d;
+}
+
+void FlightRecorder::report_gpu_metrics(int fd) noexcept {
+  if (capacity_ == 0 || times_ == nullptr || reporting_.exchange(true, std::memory_order_acquire))
+    return;
+  const uint64_t end = slots_.load(std::memory_order_acquire);
+  uint64_t n = std::max(gpu_metrics_.load(std::memory_order_relaxed),
+                        end > capacity_ ? end - capacity_ : uint64_t{0});
+  for (; n < end; ++n) {
+    const TraceEntry& e = ring_[n % capacity_];
+    if (e.version.load(std::memory_order_acquire) & 1) break;  // being written: next time
+    // Host ops wrote their line when they returned; failed ops have none.
+    if (e.device_type != static_cast<uint8_t>(DeviceType::cuda) || e.state != TraceState::enqueued)
+      continue;
+    const volatile DeviceTimes* d = &times_[n % capacity_];
+    const uint64_t armed = d->armed;
+    if (armed != 1) continue;  // not timed (no SyncArgs kernel, graph capture) or timed out
+    const uint64_t start = d->start, stop = d->end;
+    if (start == 0 || stop == 0) break;  // still running, and the ops after it on its stream
+    write_metrics(fd, *this, e, static_cast<double>(stop - start) / 1e3);
+  }
+  gpu_metrics_.store(n, std::memory_order_relaxed);
+  reporting_.store(false, std::memory_order_release);
 }
 
 std::vector<TraceEntryCopy> FlightRecorder::entries() const {
@@ -887,6 +918,13 @@ bool dump_flight_recorders(const char* reason, const char* error) noexcept {
 }
 
 void flight_recorder_exit_dump() noexcept {
+  const int fd = g_metrics_fd.load();
+  if (fd >= 0) {  // the GPU ops whose lines are still due (NOTE [device timestamps])
+    std::unique_lock<std::timed_mutex> lock(registry().mu, std::chrono::milliseconds(100));
+    if (lock.owns_lock()) {
+      for (FlightRecorder* r : registry().recs) r->report_gpu_metrics(fd);
+    }
+  }
   if (g_failure_dumped.load()) return;
   dump_flight_recorders("exit", nullptr);
 }

@@ -47,7 +47,10 @@
 // the kernel (SyncArgs::times): block 0 writes start when it begins, the last block to finish
 // writes end. Nothing waits for them: a dump reads the slots it copies (read lazily), and an
 // armed entry becomes "started" (start written) or "completed" (end written) with start_ns /
-// end_ns on the host clock; last_completed then counts the GPU's progress too. A kernel that
+// end_ns on the host clock; last_completed then counts the GPU's progress too. With
+// SYMMEM_TRACE_FILE set, the next op of the group (and the group's end, and the exit) writes
+// the metrics lines of the GPU ops whose end has arrived, with the device's start-to-end time
+// as "us". A kernel that
 // times out returns without end: the entry stays "started", which is what a user looking for
 // the stuck op wants to see. Ops whose kernels take no SyncArgs (put/get copies, world size 1
 // copies, NCCL's own collectives, nvshmem) are not armed and stay "enqueued". Once a ring was
@@ -261,6 +264,9 @@ class SYMMEM_API FlightRecorder {
   uint64_t last_completed() const noexcept { return completed_.load(std::memory_order_relaxed); }
   // The ring's entries, oldest first (at most capacity()).
   std::vector<TraceEntryCopy> entries() const;
+  // Writes the metrics lines of GPU ops whose kernels have ended since the last call, oldest
+  // first, stopping at the first one still running (NOTE [device timestamps]).
+  void report_gpu_metrics(int fd) noexcept;
 
  private:
   friend class TraceScope;
@@ -276,6 +282,8 @@ class SYMMEM_API FlightRecorder {
   std::atomic<uint64_t> seq_{0};           // last seq handed out
   std::atomic<uint64_t> slots_{0};         // entries ever written
   std::atomic<uint64_t> completed_{0};     // highest completed seq
+  std::atomic<uint64_t> gpu_metrics_{0};   // slots before it: GPU metrics lines done
+  std::atomic<bool> reporting_{false};     // a thread runs report_gpu_metrics
 };
 
 // Writes DIR/rank<R>.json now (SYMMEM_TRACE_DIR set; else nothing). `reason`: one of the

@@ -296,8 +296,16 @@ int64_t measure_clock_offset() {
 uint64_t* arm_device_times(const Call& c) {
   symmem::DeviceTimes* t = c.a.device_times;
   if (t == nullptr || c.capturing || c.a.device_times_ring == nullptr) return nullptr;
+  // The last ring and GPU this thread saw (a handed-out ring is never unmapped, so its address
+  // keeps its registration): no lock and no lookup on the op path after the first op.
+  thread_local const void* t_ring = nullptr;
+  thread_local int t_device = -1;
+  thread_local int64_t t_delta = kNoTimes, t_offset = kNoTimes;
   int64_t delta = kNoTimes, offset = kNoTimes;
-  {
+  if (t_ring == c.a.device_times_ring && t_device == c.a.device.index) {
+    delta = t_delta;
+    offset = t_offset;
+  } else {
     Process& P = proc();
     std::lock_guard<std::mutex> lock(P.mu);
     auto r = P.times_rings.find(c.a.device_times_ring);
@@ -321,6 +329,10 @@ uint64_t* arm_device_times(const Call& c) {
       o = P.clock_offset.emplace(c.a.device.index, measure_clock_offset()).first;
     }
     offset = o->second;
+    t_ring = c.a.device_times_ring;
+    t_device = c.a.device.index;
+    t_delta = delta;
+    t_offset = offset;
   }
   if (delta == kNoTimes || offset == kNoTimes) return nullptr;
   t->offset = offset;

@@ -7,7 +7,8 @@ SYMMEM_TRACE_DIR, then symmem-trace on the dumps.
   mismatch: rank 1 passes a different count; every rank refuses the op, the exit dumps show
             it and symmem-trace reports the disagreement.
   ok:       SIGUSR1 dumps; a clean run dumps at exit; symmem-trace finds nobody behind and
-            writes a Perfetto timeline with one track per rank.
+            writes a Perfetto timeline with one track per rank; SYMMEM_TRACE_FILE has one
+            metrics line per all_reduce of every rank.
 """
 import argparse
 import json
@@ -20,10 +21,12 @@ import tempfile
 ALL_REDUCES = 50
 
 
-def run_ranks(args, mode, n, trace_dir, timeout_ms):
+def run_ranks(args, mode, n, trace_dir, timeout_ms, **extra_env):
     env = dict(os.environ, SYMMEM_TRACE_DIR=str(trace_dir), SYMMEM_TIMEOUT_MS=str(timeout_ms),
-               SYMMEM_BACKEND="host")
+               SYMMEM_BACKEND="host", **extra_env)
     env.pop("SYMMEM_TRACE_BUFFER", None)
+    if "SYMMEM_TRACE_FILE" not in extra_env:
+        env.pop("SYMMEM_TRACE_FILE", None)
     cmd = [args.run, "-n", "3", "--timeout", "60", "--", args.worker, mode, str(n)]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     return r
@@ -84,10 +87,34 @@ def scenario_mismatch(args, d):
     print("mismatch:", out.splitlines()[0])
 
 
+def check_metrics(path, n_ranks, n_ops):
+    """SYMMEM_TRACE_FILE: one JSON line per completed all_reduce of every rank (the worker's
+    1024 floats), busbw = algbw * 2 (n - 1) / n."""
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    ars = [m for m in lines if m["op"] == "all_reduce"]
+    per_rank = {r: [m for m in ars if m["rank"] == r] for r in range(n_ranks)}
+    for r, ms in per_rank.items():
+        if len(ms) != n_ops:
+            fail(f"metrics: rank {r} has {len(ms)} all_reduce lines, expected {n_ops}",
+                 path.read_text()[:2000])
+        if [m["seq"] for m in ms] != sorted(m["seq"] for m in ms):
+            fail(f"metrics: rank {r}'s lines are out of order")
+    for m in ars:
+        want = m["algbw_GBps"] * 2 * (n_ranks - 1) / n_ranks
+        if (m["bytes"] != 4096 or m["dtype"] != "f32" or m["count"] != 1024 or m["us"] <= 0
+                or m["backend"] != "host" or m["group"] != "g0"
+                or abs(m["algbw_GBps"] - 4096 / (m["us"] * 1e3)) > 1e-3 * m["algbw_GBps"] + 1e-4
+                or abs(m["busbw_GBps"] - want) > 1e-3 * want + 1e-4):
+            fail(f"metrics line wrong: {m}")
+    return len(lines)
+
+
 def scenario_ok(args, d):
-    r = run_ranks(args, "ok", 20, d, 5000)
+    metrics = d / "metrics.jsonl"
+    r = run_ranks(args, "ok", 20, d, 5000, SYMMEM_TRACE_FILE=str(metrics))
     if r.returncode != 0:
         fail("the clean run failed", r.stdout, r.stderr)
+    n_metrics = check_metrics(metrics, 3, 20)
     if r.stdout.count("SIGNAL-DUMP") != 3:
         fail("SIGUSR1 did not dump on every rank", r.stdout, r.stderr)
     files = sorted(p.name for p in d.glob("rank*.json"))
@@ -108,7 +135,7 @@ def scenario_ok(args, d):
     slices = [e for e in events if e.get("ph") == "X"]
     if len({e["pid"] for e in slices}) != 3 or len(slices) < 3 * 20:
         fail(f"perfetto: {len(slices)} slices on pids {sorted({e['pid'] for e in slices})}")
-    print("ok:", len(slices), "slices")
+    print("ok:", len(slices), "slices,", n_metrics, "metrics lines")
 
 
 def main():

@@ -80,10 +80,10 @@ SYMMEM_DEVICE_INLINE void finish_epoch(const SyncArgs& s, uint32_t epoch) {
       dev::store_volatile(w + 1, 0u);
       dev::store_volatile(w, epoch + 1);
       __threadfence();
-      if (s.times != nullptr) {  // the op's end (NOTE [device timestamps])
+      // The op's end (NOTE [device timestamps]): a posted store to host memory, no fence: the
+      // host reads it lazily, and a system fence here would wait for the PCIe round trip.
+      if (s.times != nullptr)
         *reinterpret_cast<volatile uint64_t*>(s.times + 1) = dev::globaltimer_ns();
-        __threadfence_system();
-      }
     }
   }
 }
