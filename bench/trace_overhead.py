@@ -5,6 +5,8 @@ alternating, medians over the runs, and the difference per op.
 
   host:  bench/trace_overhead.py --build build host [--np 2]
          symmem-bench --op all_reduce on the host backend (time per op, CPU clock)
+  cuda-bench: bench/trace_overhead.py --build build cuda-bench [--np 2]
+         symmem-bench --op all_reduce --dtype bf16 on the cuda backend (time per op, CUDA events)
   cuda:  bench/trace_overhead.py --build build cuda [--np 2]
          bench/gpu_allreduce_bench (eager): GPU time per call (CUDA events) and host enqueue
          time per call (host_us), bf16
@@ -32,13 +34,17 @@ def run(cmd, env_extra, timeout=300):
     return r.stdout
 
 
-def host_once(a, mode, sizes):
+def host_once(a, mode, sizes, backend="host", extra=()):
     with tempfile.NamedTemporaryFile(suffix=".jsonl") as f:
-        run([a.run, "-n", str(a.np), "--", a.bench_exe, "--backend", "host", "--op", "all_reduce",
+        run([a.run, "-n", str(a.np), "--", a.bench_exe, "--backend", backend, "--op", "all_reduce",
              "-b", str(min(sizes)), "-e", str(max(sizes)), "-f", "4", "-n", str(a.iters), "-w", "50",
-             "--json", f.name], MODES[mode])
+             *extra, "--json", f.name], dict(MODES[mode], SYMMEM_ALLOW_SHARED_GPU="1"))
         rows = [json.loads(l) for l in open(f.name) if l.strip()]
     return {r["bytes"]: {"us": r["time_median_us"]} for r in rows}
+
+
+def cuda_bench_once(a, mode, sizes):
+    return host_once(a, mode, sizes, "cuda", ("--dtype", "bf16"))
 
 
 def cuda_once(a, mode, sizes):
@@ -103,7 +109,7 @@ def callgrind(a):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["host", "cuda", "callgrind"])
+    ap.add_argument("what", choices=["host", "cuda", "cuda-bench", "callgrind"])
     ap.add_argument("--build", default="build")
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--runs", type=int, default=6, help="runs per mode, alternating")
@@ -118,7 +124,7 @@ def main():
     if a.what == "callgrind":
         return callgrind(a)
     sizes = [int(s) for s in a.sizes.split(",")]
-    once = host_once if a.what == "host" else cuda_once
+    once = {"host": host_once, "cuda": cuda_once, "cuda-bench": cuda_bench_once}[a.what]
     runs = {"off": [], "on": []}
     for i in range(a.runs):
         for mode in (("off", "on") if i % 2 == 0 else ("on", "off")):

@@ -620,7 +620,7 @@ void TraceScope::start_(const char* backend, Device device, const void* stream, 
   if (!e_) return;
   started_ = true;
   if (nvtx_enabled()) nvtx_push_(backend, device, count, bytes);
-  const int64_t t = ticks_now();
+  const int64_t t = synchronous ? ticks_now() : 0;  // a GPU op's start is the device's
   write_begin(e_);
   copy_cstr(e_->backend, sizeof(e_->backend), backend);
   e_->device_type = static_cast<uint8_t>(device.type);
