@@ -10,7 +10,8 @@
 - symmem-trace DIR exits 0 (no rank behind) and --perfetto writes JSON with one process
   track per rank and complete slices ("ph": "X") on each;
 - with --metrics FILE (the run's SYMMEM_TRACE_FILE): every GPU entry with device times has its
-  metrics line, whose "us" is that entry's device end - start.
+  metrics line, whose "us" is that entry's device end - start (allocations, which the host
+  waits for: end - enqueue).
 Prints per rank the number of GPU entries, how many carry device times, and the median device
 duration per op and size. Exit 1 on any failure."""
 import argparse
@@ -64,7 +65,8 @@ def main():
                 m = metrics.get((r, group_of[id(e)], e["seq"]))
                 if m is None:
                     missing += 1
-                elif abs(m["us"] - (e["end_ns"] - e["start_ns"]) / 1e3) > 0.002 or \
+                elif abs(m["us"] - (e["end_ns"] - (e["enqueue_ns"] if e["op"] == "alloc" else
+                                                    e["start_ns"])) / 1e3) > 0.002 or \
                         m["backend"] != "cuda" or m["op"] != e["op"] or m["bytes"] != e["bytes"]:
                     bad.append(f"rank {r} seq {e['seq']}: metrics line {m} does not match the"
                                f" dump's entry {e}")
