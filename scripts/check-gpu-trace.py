@@ -11,7 +11,8 @@
   track per rank and complete slices ("ph": "X") on each;
 - with --metrics FILE (the run's SYMMEM_TRACE_FILE): every GPU entry with device times has its
   metrics line, whose "us" is that entry's device end - start (allocations, which the host
-  waits for: end - enqueue).
+  waits for: end - enqueue);
+- an exit dump has no GPU entry left "started" (every kernel's end reached its slot).
 Prints per rank the number of GPU entries, how many carry device times, and the median device
 duration per op and size. Exit 1 on any failure."""
 import argparse
@@ -74,6 +75,11 @@ def main():
                   f" their metrics line")
             if missing:
                 bad.append(f"rank {r}: {missing} timed GPU entries without a metrics line")
+        # At exit every kernel has ended, the last one's end included (it is parked in device
+        # memory until the recorder's flush: NOTE [device timestamps]).
+        running = [e["seq"] for e in gpu if e["state"] == "started"]
+        if d["reason"] == "exit" and running:
+            bad.append(f"rank {r}: exit dump with GPU entries still 'started': seq {running[:10]}")
         lag = [(e["start_ns"] - e["enqueue_ns"]) / 1e3 for e in timed]
         print(f"rank {r}: reason {d['reason']}, {len(gpu)} GPU entries, {len(timed)} with device "
               f"start/end" + (f", enqueue->device start median {statistics.median(lag):.1f} us"

@@ -138,6 +138,15 @@ Registry& registry() {
 
 std::atomic<bool> g_failure_dumped{false};
 std::atomic<int> g_metrics_fd{-1};
+std::atomic<DeviceTimesFlush> g_flushes[4] = {};
+constexpr int kFlushMs = 30;  // of a dump's 100 ms
+
+// The GPU backends' flushes (NOTE [device timestamps]), sharing `wait_ms`.
+void flush_device_times(int wait_ms) noexcept {
+  for (auto& f : g_flushes) {
+    if (DeviceTimesFlush fn = f.load(std::memory_order_acquire)) fn(wait_ms);
+  }
+}
 std::atomic<int> g_last_rank{-1};
 std::atomic<int> g_last_world{0};
 std::mutex g_setup_mu;  // metrics file and signal setup
@@ -756,7 +765,10 @@ FlightRecorder::FlightRecorder(TraceGroupInfo info, size_t capacity)
 
 FlightRecorder::~FlightRecorder() {
   const int fd = g_metrics_fd.load();
-  if (fd >= 0 && times_handed_.load()) report_gpu_metrics(fd);
+  if (fd >= 0 && times_handed_.load()) {
+    flush_device_times(kFlushMs);
+    report_gpu_metrics(fd);
+  }
   {
     std::lock_guard<std::timed_mutex> lock(registry().mu);
     auto& v = registry().recs;
@@ -790,7 +802,8 @@ void FlightRecorder::report_gpu_metrics(int fd) noexcept {
     const uint64_t armed = d->armed;
     if (armed != 1) continue;  // not timed (no SyncArgs kernel, graph capture) or timed out
     const uint64_t start = d->start, stop = d->end;
-    if (start == 0 || stop == 0) break;  // still running, and the ops after it on its stream
+    // Still running (or its end not yet moved into the slot), and the ops after it.
+    if (start == 0 || stop < start) break;
     write_metrics(fd, *this, e, static_cast<double>(stop - start) / 1e3);
   }
   gpu_metrics_.store(n, std::memory_order_relaxed);
@@ -851,9 +864,9 @@ std::vector<TraceEntryCopy> FlightRecorder::entries() const {
       const uint64_t start = d->start;
       const uint64_t end = d->end;
       if (armed != 0 && start != 0) {
-        c.state = end != 0 ? TraceState::completed : TraceState::started;
+        c.state = end >= start ? TraceState::completed : TraceState::started;
         c.start_ns = static_cast<int64_t>(start) + offset;
-        if (end != 0) c.end_ns = static_cast<int64_t>(end) + offset;
+        if (end >= start) c.end_ns = static_cast<int64_t>(end) + offset;
       }
       if (armed == 2) {  // a wait of its kernel timed out (the kernel still ends its epoch)
         c.state = TraceState::failed;
@@ -877,7 +890,15 @@ std::unique_ptr<FlightRecorder> make_flight_recorder(TraceGroupInfo info) {
 }
 
 // ---- dumps --------------------------------------------------------------------------------------
+void add_device_times_flush(DeviceTimesFlush flush) noexcept {
+  for (auto& f : g_flushes) {
+    DeviceTimesFlush none = nullptr;
+    if (f.load() == flush || f.compare_exchange_strong(none, flush)) return;
+  }
+}
+
 std::string flight_recorder_json(const char* reason, const char* error) {
+  flush_device_times(kFlushMs);
   std::unique_lock<std::timed_mutex> lock(registry().mu, std::chrono::milliseconds(100));
   if (!lock.owns_lock()) return "";
   int rank = -1, world = 0;
@@ -891,9 +912,11 @@ bool dump_flight_recorders(const char* reason, const char* error) noexcept {
     if (dir.empty()) return false;
     std::string text;
     int rank = -1, world = 0;
+    flush_device_times(kFlushMs);
     {
       // Bounded: a dump from a failing op must not hold it up (NOTE [flight recorder]).
-      std::unique_lock<std::timed_mutex> lock(registry().mu, std::chrono::milliseconds(100));
+      std::unique_lock<std::timed_mutex> lock(registry().mu,
+                                              std::chrono::milliseconds(100 - kFlushMs));
       if (!lock.owns_lock()) {
         SYMMEM_LOG(WARN, INIT) << "flight recorder: no dump (" << reason
                                << "): the recorders are busy";
@@ -920,6 +943,7 @@ bool dump_flight_recorders(const char* reason, const char* error) noexcept {
 void flight_recorder_exit_dump() noexcept {
   const int fd = g_metrics_fd.load();
   if (fd >= 0) {  // the GPU ops whose lines are still due (NOTE [device timestamps])
+    flush_device_times(kFlushMs);
     std::unique_lock<std::timed_mutex> lock(registry().mu, std::chrono::milliseconds(100));
     if (lock.owns_lock()) {
       for (FlightRecorder* r : registry().recs) r->report_gpu_metrics(fd);

@@ -34,8 +34,9 @@
 //   - when the process's root group is destroyed, or at exit if a group is still alive then,
 //     reason "exit", unless the process already wrote a failure dump (that file is kept: its
 //     reason and error say what went wrong; the rings were frozen by the failure anyway).
-// A dump never throws and never waits more than ~100 ms for the registry of recorders (the
-// only lock it takes); it writes rank<R>.json.tmp and renames it.
+// A dump never throws and never waits more than ~100 ms: up to 30 for the GPU backends' flush
+// of device times (NOTE [device timestamps]), the rest for the registry of recorders; it writes
+// rank<R>.json.tmp and renames it.
 //
 // NOTE [device timestamps]
 // A recorder with a ring also owns `times`, one DeviceTimes (symmem/backend.hpp) per ring slot,
@@ -44,13 +45,22 @@
 // ops). The cuda backend (and the nccl backend on its LSA path, which runs the same kernels)
 // registers the ring once (cudaHostRegister, mapped), measures once per GPU the offset of
 // %globaltimer to CLOCK_REALTIME, stores it in the slot with armed = 1, and passes the slot to
-// the kernel (SyncArgs::times): block 0 writes start when it begins, the last block to finish
-// writes end. Nothing waits for them: a dump reads the slots it copies (read lazily), and an
-// armed entry becomes "started" (start written) or "completed" (end written) with start_ns /
-// end_ns on the host clock; last_completed then counts the GPU's progress too. With
-// SYMMEM_TRACE_FILE set, the next op of the group (and the group's end, and the exit) writes
-// the metrics lines of the GPU ops whose end has arrived, with the device's start-to-end time
-// as "us". A kernel that
+// the kernel (SyncArgs::times): block 0 writes start when it begins. The last block to finish
+// parks end in the workspace's control region (device memory) with the slot's address, and the
+// next kernel on that workspace moves it into the slot as it starts: a store to host memory
+// at a kernel's end would hold its completion for the PCIe write (measured: about 0.25 us per
+// op on an H200), one at its start is done long before the kernel ends. A workspace replaced by
+// a larger one hands its parked end to the new one. So an op's end reaches the host when the
+// group's next GPU op starts; for the last op of all, the backend registers a flush
+// (add_device_times_flush) that copies the parked ends on a stream of its own, beside a kernel
+// that may be stuck. The recorder calls it, bounded, before a dump and before the metrics lines
+// of a group's end and of the exit. Nothing waits for the times otherwise: a dump reads the
+// slots it copies (read lazily), and an armed entry becomes "started" (start written) or
+// "completed" (an end not before its start: a slot reused after the ring wrapped may first get
+// an older op's end) with start_ns / end_ns on the host clock; last_completed then counts the
+// GPU's progress too. With SYMMEM_TRACE_FILE set, the group's next ops (and the group's end,
+// and the exit) write the metrics lines of the GPU ops whose end has arrived, with the
+// device's start-to-end time as "us". A kernel that
 // times out returns without end: the entry stays "started", which is what a user looking for
 // the stuck op wants to see. Ops whose kernels take no SyncArgs (put/get copies, world size 1
 // copies, NCCL's own collectives, nvshmem) are not armed and stay "enqueued". Once a ring was
@@ -293,6 +303,11 @@ SYMMEM_API bool dump_flight_recorders(const char* reason, const char* error) noe
 
 // The dump as it would be written (for tests): the JSON text.
 SYMMEM_API std::string flight_recorder_json(const char* reason, const char* error);
+
+// A GPU backend's flush of the device times still in device memory (NOTE [device timestamps]):
+// waits at most `wait_ms`, never throws. Up to 4 are kept (one per plugin); a repeat is ignored.
+using DeviceTimesFlush = void (*)(int wait_ms) noexcept;
+SYMMEM_API void add_device_times_flush(DeviceTimesFlush flush) noexcept;
 
 // The root group of the process is going away: the exit dump (NOTE [flight recorder]).
 SYMMEM_API void flight_recorder_exit_dump() noexcept;

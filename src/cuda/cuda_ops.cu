@@ -40,7 +40,10 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "core/check.hpp"
 #include "core/log.hpp"
@@ -102,6 +105,8 @@ class DeviceGuard {
 struct WsState {
   std::weak_ptr<symmem::BackendMemory> mem;
   int32_t* timeout_record = nullptr;
+  char* local = nullptr;  // this rank's workspace (its control region), on `device`
+  int device = -1;
 };
 
 struct Process {
@@ -113,15 +118,26 @@ struct Process {
   struct GroupWs {
     std::weak_ptr<symmem::BackendMemory> mem;
     size_t bytes = 0;
+    char* local = nullptr;
   };
   std::unordered_map<const void*, GroupWs> group_ws;
   std::unordered_map<int, int> sm_count;  // per device
   int device_count = 0;
   // NOTE [device timestamps]: the recorders' rings registered here (host pointer -> device
-  // address minus host pointer; kNoTimes when registration failed) and each GPU's offset of
-  // %globaltimer to CLOCK_REALTIME (kNoTimes: calibration failed).
-  std::unordered_map<const void*, int64_t> times_rings;
+  // address minus host pointer, kNoTimes when registration failed; and the ring's bytes) and
+  // each GPU's offset of %globaltimer to CLOCK_REALTIME (kNoTimes: calibration failed).
+  struct TimesRing {
+    int64_t delta = 0;
+    size_t bytes = 0;
+  };
+  std::unordered_map<const void*, TimesRing> times_rings;
   std::unordered_map<int, int64_t> clock_offset;
+  // flush_parked_ends' copies: one non-blocking stream per device, pinned pairs, one at a time.
+  std::mutex flush_mu;
+  std::unordered_map<int, cudaStream_t> flush_streams;
+  uint64_t* flush_buf = nullptr;  // 2 * flush_cap words, cudaHostAlloc
+  size_t flush_cap = 0;
+  bool flush_pending = false;  // a copy that timed out may still land in flush_buf
 };
 constexpr int64_t kNoTimes = INT64_MIN;
 Process& proc() {
@@ -291,6 +307,105 @@ int64_t measure_clock_offset() {
   return best;
 }
 
+// The recorder's flush (NOTE [device timestamps] in core/trace.hpp): copies every live
+// workspace's parked end {slot's end as a device address, end ns} to the host and stores each
+// into its slot. The copies run on a non-blocking stream of their own, beside a kernel that may
+// be stuck; at most `wait_ms` in all, for the lock and the copies. Never throws.
+void flush_parked_ends(int wait_ms) noexcept {
+  Process& P = proc();
+  const int64_t deadline = realtime_ns() + static_cast<int64_t>(wait_ms) * 1000000;
+  std::unique_lock<std::mutex> flush(P.flush_mu, std::defer_lock);
+  while (!flush.try_lock()) {
+    if (realtime_ns() > deadline) return;
+    std::this_thread::yield();
+  }
+  struct Src {
+    std::shared_ptr<symmem::BackendMemory> mem;  // alive during the copy
+    const char* pair;
+    int device;
+  };
+  std::vector<Src> srcs;
+  std::vector<std::pair<const char*, Process::TimesRing>> rings;
+  try {
+    std::unique_lock<std::mutex> lock(P.mu, std::defer_lock);
+    while (!lock.try_lock()) {
+      if (realtime_ns() > deadline) return;
+      std::this_thread::yield();
+    }
+    for (auto& [key, ws] : P.ws) {
+      (void)key;
+      if (auto m = ws.mem.lock(); m != nullptr && ws.local != nullptr && ws.device >= 0) {
+        srcs.push_back(Src{std::move(m), ws.local + K::kCtrlParkedEndOffset, ws.device});
+      }
+    }
+    for (const auto& [ring, r] : P.times_rings) {
+      if (r.delta != kNoTimes) rings.emplace_back(static_cast<const char*>(ring), r);
+    }
+    if (srcs.empty() || rings.empty()) return;
+    if (P.flush_pending) {  // the last flush gave up on a copy: is it done now?
+      for (auto& [d, st] : P.flush_streams) {
+        (void)d;
+        if (cudaStreamQuery(st) == cudaErrorNotReady) return;
+      }
+      P.flush_pending = false;
+    }
+    if (P.flush_cap < srcs.size()) {
+      void* h = nullptr;
+      const size_t cap = std::max<size_t>(srcs.size(), 16);
+      if (cudaHostAlloc(&h, cap * 2 * sizeof(uint64_t), cudaHostAllocPortable) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+      }
+      cudaFreeHost(P.flush_buf);
+      P.flush_buf = static_cast<uint64_t*>(h);
+      P.flush_cap = cap;
+    }
+    lock.unlock();
+    int prev = -1;
+    cudaGetDevice(&prev);
+    std::vector<cudaStream_t> used;
+    for (size_t i = 0; i < srcs.size(); ++i) {
+      P.flush_buf[2 * i] = 0;
+      if (cudaSetDevice(srcs[i].device) != cudaSuccess) continue;
+      cudaStream_t& st = P.flush_streams[srcs[i].device];
+      if (st == nullptr && cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess) {
+        st = nullptr;
+        continue;
+      }
+      if (cudaMemcpyAsync(P.flush_buf + 2 * i, srcs[i].pair, 2 * sizeof(uint64_t),
+                          cudaMemcpyDeviceToHost, st) == cudaSuccess &&
+          std::find(used.begin(), used.end(), st) == used.end()) {
+        used.push_back(st);
+      }
+    }
+    if (prev >= 0) cudaSetDevice(prev);
+    for (cudaStream_t st : used) {
+      cudaError_t q = cudaErrorNotReady;
+      while ((q = cudaStreamQuery(st)) == cudaErrorNotReady && realtime_ns() < deadline) {
+        std::this_thread::yield();
+      }
+      if (q == cudaErrorNotReady) {
+        P.flush_pending = true;
+        cudaGetLastError();
+        return;
+      }
+    }
+    cudaGetLastError();
+    for (size_t i = 0; i < srcs.size(); ++i) {
+      const uint64_t to = P.flush_buf[2 * i], end = P.flush_buf[2 * i + 1];
+      if (to == 0) continue;
+      for (const auto& [ring, r] : rings) {  // the slot's host address, in a registered ring
+        const char* host = reinterpret_cast<const char*>(to) - r.delta;
+        if (host >= ring && host + sizeof(uint64_t) <= ring + r.bytes) {
+          *reinterpret_cast<volatile uint64_t*>(const_cast<char*>(host)) = end;
+          break;
+        }
+      }
+    }
+  } catch (...) {
+  }
+}
+
 // The op's device-times slot as the kernel's address, armed, or null (NOTE [device timestamps]
 // in core/trace.hpp). Not during capture: a graph replays into a slot later ops reuse.
 uint64_t* arm_device_times(const Call& c) {
@@ -316,14 +431,17 @@ uint64_t* arm_device_times(const Call& c) {
                            cudaHostRegisterMapped | cudaHostRegisterPortable) == cudaSuccess &&
           cudaHostGetDevicePointer(&dptr, c.a.device_times_ring, 0) == cudaSuccess) {
         dl = static_cast<char*>(dptr) - static_cast<char*>(c.a.device_times_ring);
+        symmem::detail::add_device_times_flush(&flush_parked_ends);
       } else {
         SYMMEM_LOG(INFO, INIT) << "flight recorder: cannot register its device-times ring ("
                                << cudaGetErrorString(cudaGetLastError())
                                << "); GPU ops stay 'enqueued' in dumps";
       }
-      r = P.times_rings.emplace(c.a.device_times_ring, dl).first;
+      r = P.times_rings
+              .emplace(c.a.device_times_ring, Process::TimesRing{dl, c.a.device_times_ring_bytes})
+              .first;
     }
-    delta = r->second;
+    delta = r->second.delta;
     auto o = P.clock_offset.find(c.a.device.index);
     if (o == P.clock_offset.end()) {
       o = P.clock_offset.emplace(c.a.device.index, measure_clock_offset()).first;
@@ -446,6 +564,18 @@ Ws get_ws(const Call& c, size_t data_bytes) {
       throw_warm_up(c, need);
     }
   }
+  // A workspace about to be replaced by a larger one: kept until its parked end (NOTE [device
+  // timestamps]) is carried into the new one below (its destructor synchronises the device).
+  std::shared_ptr<symmem::BackendMemory> old_ws;
+  char* old_local = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(P.mu);
+    auto it = P.group_ws.find(gkey);
+    if (it != P.group_ws.end() && it->second.bytes < need) {
+      old_ws = it->second.mem.lock();
+      old_local = it->second.local;
+    }
+  }
   w.mem = c.a.workspace(need);
   w.local = static_cast<char*>(w.mem.ptr(c.rank));
   const auto& bm = w.mem.backend_memory();
@@ -471,12 +601,18 @@ Ws get_ws(const Call& c, size_t data_bytes) {
       lock.unlock();
       // Zero the control and LL regions, then make sure every rank did before anyone writes.
       SYMMEM_GK_CHECK(c, cudaMemsetAsync(w.local, 0, w.L.data_offset, c.stream));
+      if (old_ws != nullptr && old_ws != bm && old_local != nullptr) {
+        SYMMEM_GK_CHECK(
+            c,
+            cudaMemcpyAsync(w.local + K::kCtrlParkedEndOffset, old_local + K::kCtrlParkedEndOffset,
+                            2 * sizeof(uint64_t), cudaMemcpyDeviceToDevice, c.stream));
+      }
       w.mem.barrier(0, c.a.timeout, c.a.stream);
       lock.lock();
-      P.ws[bm.get()] = WsState{bm, trec};
+      P.ws[bm.get()] = WsState{bm, trec, w.local, c.a.device.index};
     }
     auto& g = P.group_ws[gkey];
-    if (g.mem.lock() != bm) g = Process::GroupWs{bm, 0};
+    if (g.mem.lock() != bm) g = Process::GroupWs{bm, 0, w.local};
     g.bytes = std::max(g.bytes, w.mem.size());
   }
   w.sync.ctrl = peers_of(c, w.mem, 0);

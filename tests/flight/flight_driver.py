@@ -9,6 +9,11 @@ SYMMEM_TRACE_DIR, then symmem-trace on the dumps.
   ok:       SIGUSR1 dumps; a clean run dumps at exit; symmem-trace finds nobody behind and
             writes a Perfetto timeline with one track per rank; SYMMEM_TRACE_FILE has one
             metrics line per all_reduce of every rank.
+  gpu_ok, gpu_stop: ok and stop with the buffer on cuda:0 (the cuda backend, 3 ranks sharing
+            one GPU): the dumps carry the kernels' device times, the exit dump has every
+            kernel's end (the last one's through the recorder's flush) and a metrics line for
+            each all_reduce; a stopped rank is named from the GPU ranks' timeout dumps. Exit 77
+            (skipped) when the cuda backend cannot serve.
 """
 import argparse
 import json
@@ -21,14 +26,25 @@ import tempfile
 ALL_REDUCES = 50
 
 
-def run_ranks(args, mode, n, trace_dir, timeout_ms, **extra_env):
+SKIP = 77
+
+
+def run_ranks(args, mode, n, trace_dir, timeout_ms, gpu=False, **extra_env):
     env = dict(os.environ, SYMMEM_TRACE_DIR=str(trace_dir), SYMMEM_TIMEOUT_MS=str(timeout_ms),
-               SYMMEM_BACKEND="host", **extra_env)
+               SYMMEM_BACKEND="cuda" if gpu else "host", **extra_env)
+    if gpu:
+        env["SYMMEM_ALLOW_SHARED_GPU"] = "1"
     env.pop("SYMMEM_TRACE_BUFFER", None)
     if "SYMMEM_TRACE_FILE" not in extra_env:
         env.pop("SYMMEM_TRACE_FILE", None)
     cmd = [args.run, "-n", "3", "--timeout", "60", "--", args.worker, mode, str(n)]
+    if gpu:
+        cmd.append("cuda")
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    if gpu and "skip=" in r.stdout:
+        line = next(l for l in r.stdout.splitlines() if "skip=" in l)
+        print("SKIP: the cuda backend cannot serve here:", line.split("skip=", 1)[1])
+        sys.exit(SKIP)
     return r
 
 
@@ -45,8 +61,8 @@ def fail(msg, *outputs):
     sys.exit(1)
 
 
-def scenario_stop(args, d):
-    r = run_ranks(args, "stop", ALL_REDUCES, d, 2000)
+def scenario_stop(args, d, gpu=False):
+    r = run_ranks(args, "stop", ALL_REDUCES, d, 2000, gpu)
     if r.returncode == 0:
         fail("the run with a stopped rank succeeded", r.stdout, r.stderr)
     files = sorted(p.name for p in d.glob("rank*.json"))
@@ -60,7 +76,13 @@ def scenario_stop(args, d):
     if len(ars) < ALL_REDUCES:
         fail(f"rank 0 recorded {len(ars)} all_reduces, expected {ALL_REDUCES}")
     stuck = ars[ALL_REDUCES - 1]
-    if stuck["state"] != "failed" or 2 not in stuck["waiting_for"]:
+    if gpu:
+        # The kernel's wait timed out (it marks its device-times slot); the host learnt it at a
+        # later call. Its predecessor completed on the GPU.
+        if stuck["state"] != "failed" or not stuck["start_ns"] or \
+                ars[ALL_REDUCES - 2]["state"] != "completed":
+            fail(f"rank 0's 49th and 50th all_reduce: {ars[ALL_REDUCES - 2:ALL_REDUCES]}")
+    elif stuck["state"] != "failed" or 2 not in stuck["waiting_for"]:
         fail(f"rank 0's 50th all_reduce: {stuck}")
     t = trace(args, d)
     first = t.stdout.splitlines()[0] if t.stdout else ""
@@ -70,7 +92,7 @@ def scenario_stop(args, d):
              t.stderr)
     if t.returncode == 0:
         fail("symmem-trace exited 0 on a hang")
-    print("stop:", first)
+    print("gpu_stop:" if gpu else "stop:", first)
 
 
 def scenario_mismatch(args, d):
@@ -87,7 +109,7 @@ def scenario_mismatch(args, d):
     print("mismatch:", out.splitlines()[0])
 
 
-def check_metrics(path, n_ranks, n_ops):
+def check_metrics(path, n_ranks, n_ops, backend="host"):
     """SYMMEM_TRACE_FILE: one JSON line per completed all_reduce of every rank (the worker's
     1024 floats), busbw = algbw * 2 (n - 1) / n."""
     lines = [json.loads(line) for line in path.read_text().splitlines()]
@@ -102,19 +124,20 @@ def check_metrics(path, n_ranks, n_ops):
     for m in ars:
         want = m["algbw_GBps"] * 2 * (n_ranks - 1) / n_ranks
         if (m["bytes"] != 4096 or m["dtype"] != "f32" or m["count"] != 1024 or m["us"] <= 0
-                or m["backend"] != "host" or m["group"] != "g0"
+                or m["backend"] != backend or m["group"] != "g0"
                 or abs(m["algbw_GBps"] - 4096 / (m["us"] * 1e3)) > 1e-3 * m["algbw_GBps"] + 1e-4
                 or abs(m["busbw_GBps"] - want) > 1e-3 * want + 1e-4):
             fail(f"metrics line wrong: {m}")
     return len(lines)
 
 
-def scenario_ok(args, d):
+def scenario_ok(args, d, gpu=False):
     metrics = d / "metrics.jsonl"
-    r = run_ranks(args, "ok", 20, d, 5000, SYMMEM_TRACE_FILE=str(metrics))
+    r = run_ranks(args, "ok", 20, d, 5000 if not gpu else 30000, gpu,
+                  SYMMEM_TRACE_FILE=str(metrics))
     if r.returncode != 0:
         fail("the clean run failed", r.stdout, r.stderr)
-    n_metrics = check_metrics(metrics, 3, 20)
+    n_metrics = check_metrics(metrics, 3, 20, "cuda" if gpu else "host")
     if r.stdout.count("SIGNAL-DUMP") != 3:
         fail("SIGUSR1 did not dump on every rank", r.stdout, r.stderr)
     files = sorted(p.name for p in d.glob("rank*.json"))
@@ -126,6 +149,11 @@ def scenario_ok(args, d):
         if j["reason"] != "exit" or g["last_completed"] != g["last_enqueued"]:
             fail(f"{f}: reason {j['reason']}, last_completed {g['last_completed']}, "
                  f"last_enqueued {g['last_enqueued']}")
+        ars = [e for e in g["entries"] if e["op"] == "all_reduce"]
+        if gpu and not all(e["state"] == "completed" and e["device"] == "cuda:0" and
+                           0 < e["start_ns"] <= e["end_ns"] for e in ars):
+            fail(f"{f}: GPU all_reduces without device start/end at exit: "
+                 f"{[e for e in ars if e['state'] != 'completed'][:3]}")
     t = trace(args, d)
     if t.returncode != 0 or not t.stdout.startswith("no rank is behind"):
         fail("symmem-trace found a problem in a clean run", t.stdout, t.stderr)
@@ -135,7 +163,15 @@ def scenario_ok(args, d):
     slices = [e for e in events if e.get("ph") == "X"]
     if len({e["pid"] for e in slices}) != 3 or len(slices) < 3 * 20:
         fail(f"perfetto: {len(slices)} slices on pids {sorted({e['pid'] for e in slices})}")
-    print("ok:", len(slices), "slices,", n_metrics, "metrics lines")
+    print("gpu_ok:" if gpu else "ok:", len(slices), "slices,", n_metrics, "metrics lines")
+
+
+def scenario_gpu_ok(args, d):
+    scenario_ok(args, d, gpu=True)
+
+
+def scenario_gpu_stop(args, d):
+    scenario_stop(args, d, gpu=True)
 
 
 def main():

@@ -8,6 +8,9 @@
 //   ok N        : N all_reduces; then SIGUSR1 to itself, waiting (up to 2 s) for the dump it
 //                 asks for ("SIGNAL-DUMP rank=<r>" once DIR/rank<r>.json says "signal"); then a
 //                 clean exit (the exit dump replaces it).
+// A third argument "cuda" puts the buffer on cuda:0 (SYMMEM_BACKEND=cuda, shared GPU): the ops
+// are GPU kernels whose device times the dumps carry; its contents are left as they are. Exit 77
+// with "WORKER rank=<r> skip=..." when the cuda backend cannot serve (no GPU).
 // Prints "WORKER rank=<r> error=<ErrorCode>" when an op failed; exit 3 then, 0 otherwise.
 #include <signal.h>
 #include <unistd.h>
@@ -24,24 +27,36 @@
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s stop|mismatch|ok N\n", argv[0]);
+    std::fprintf(stderr, "usage: %s stop|mismatch|ok N [cuda]\n", argv[0]);
     return 2;
   }
   const std::string mode = argv[1];
   const int n = std::atoi(argv[2]);
+  const bool gpu = argc > 3 && std::string(argv[3]) == "cuda";
   int rank = -1;
   try {
     auto g = symmem::Group::from_env();
     rank = g.rank();
     constexpr size_t kCount = 1024;
-    auto buf = symmem::allocate(g, kCount * sizeof(float));
-    auto* mine = static_cast<float*>(buf.ptr(rank));
+    symmem::SymmetricMemory buf;
+    try {
+      buf = symmem::allocate(g, kCount * sizeof(float),
+                             gpu ? symmem::Device::cuda(0) : symmem::Device::cpu());
+    } catch (const symmem::Error& e) {
+      if (!gpu || (e.code() != symmem::ErrorCode::BackendUnavailable &&
+                   e.code() != symmem::ErrorCode::Unsupported))
+        throw;
+      std::printf("WORKER rank=%d skip=%s\n", rank, e.what());
+      std::fflush(stdout);
+      return 77;
+    }
+    auto* mine = gpu ? nullptr : static_cast<float*>(buf.ptr(rank));
     for (int i = 1;; ++i) {
       if ((mode == "ok" && i > n) || (mode == "mismatch" && i > n + 1)) break;
       if (mode == "stop" && i == n && rank == g.world_size() - 1) raise(SIGSTOP);
       size_t count = kCount;
       if (mode == "mismatch" && i == n + 1 && rank == 1) count = kCount / 2;
-      for (size_t k = 0; k < count; ++k) mine[k] = 1.0f;
+      for (size_t k = 0; mine != nullptr && k < count; ++k) mine[k] = 1.0f;
       try {
         symmem::all_reduce(buf, count, symmem::DType::f32, symmem::ReduceOp::sum);
       } catch (const symmem::Error& e) {

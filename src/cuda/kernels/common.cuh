@@ -45,10 +45,35 @@ SYMMEM_DEVICE_INLINE void record_timeout(const SyncArgs& s, int channel, int pee
   if (s.times != nullptr) *reinterpret_cast<volatile uint64_t*>(s.times + 3) = 2;
 }
 
-// The flight recorder's device times (NOTE [device timestamps]): start by block 0 when it begins.
+// The flight recorder's device times (NOTE [device timestamps] in src/core/trace.hpp).
+// Parked end: {device address of a DeviceTimes::end in host memory, end ns}, 16 bytes in this
+// rank's control region; 0 address: nothing parked.
+SYMMEM_DEVICE_INLINE uint64_t* parked_end(const SyncArgs& s) {
+  return reinterpret_cast<uint64_t*>(peer(s.ctrl, s.rank) + kCtrlParkedEndOffset);
+}
+// One 16-byte access, so that the host's copy (cuda_ops.cu) never sees half a pair.
+SYMMEM_DEVICE_INLINE void load_pair(const uint64_t* p, uint64_t& a, uint64_t& b) {
+  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+}
+SYMMEM_DEVICE_INLINE void store_pair(uint64_t* p, uint64_t a, uint64_t b) {
+  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
+}
+// At a kernel's start: block 0's thread 0 writes the op's start; its warp 1 (off thread 0's
+// path, which goes on to the epoch) moves the previous kernel's parked end into that op's slot:
+// a store to host memory this kernel never waits for. Kernels with no slot move it too.
 SYMMEM_DEVICE_INLINE void trace_start(const SyncArgs& s) {
-  if (s.times != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+  if (blockIdx.x != 0) return;
+  if (threadIdx.x == 0 && s.times != nullptr) {
     *reinterpret_cast<volatile uint64_t*>(s.times) = dev::globaltimer_ns();
+  }
+  if (threadIdx.x == (blockDim.x > 32 ? 32u : 0u)) {
+    uint64_t* pe = parked_end(s);
+    uint64_t to = 0, end = 0;
+    load_pair(pe, to, end);
+    if (to != 0) {
+      *reinterpret_cast<volatile uint64_t*>(to) = end;
+      store_pair(pe, 0, 0);
+    }
   }
 }
 
@@ -80,10 +105,11 @@ SYMMEM_DEVICE_INLINE void finish_epoch(const SyncArgs& s, uint32_t epoch) {
       dev::store_volatile(w + 1, 0u);
       dev::store_volatile(w, epoch + 1);
       __threadfence();
-      // The op's end (NOTE [device timestamps]): a posted store to host memory, no fence: the
-      // host reads it lazily, and a system fence here would wait for the PCIe round trip.
-      if (s.times != nullptr)
-        *reinterpret_cast<volatile uint64_t*>(s.times + 1) = dev::globaltimer_ns();
+      // The op's end (NOTE [device timestamps]), parked in device memory: a store to host
+      // memory here would hold the kernel's completion for the PCIe write (about 0.25 us).
+      if (s.times != nullptr) {
+        store_pair(parked_end(s), reinterpret_cast<uint64_t>(s.times + 1), dev::globaltimer_ns());
+      }
     }
   }
 }

@@ -9,8 +9,8 @@
 // NOTE [workspace layout]
 // Every rank's workspace (the group's symmetric workspace, see OpArgs::workspace) is laid out
 // identically, as a function of the world size only:
-//   [0, ctrl_bytes)                  control: epoch counter, block-done counter, barrier flags,
-//                                    all_to_all_v count matrix
+//   [0, ctrl_bytes)                  control: epoch counter, block-done counter, parked end,
+//                                    barrier flags, all_to_all_v count matrix
 //   [ll_offset, ll_offset+ll_bytes)  LL packet buffers: 2 parities x world sources x ll_slot
 //   [data_offset, ...)               staging for ordinary-memory inputs/outputs
 // The control and LL regions are zeroed (then a signal-pad barrier) the first time an
@@ -50,6 +50,9 @@ inline constexpr int kMaxBlocks = 256;  // flag rows per rank (blocks of a barri
 // the kernel parameters (LLArgs 288 bytes, ReduceArgs 368) are part of every launch's cost.
 inline constexpr int kMaxInlinePeers = 8;
 inline constexpr size_t kCtrlFlagsOffset = 256;
+// Control words: [0] epoch, [1] block-done counter; bytes [16, 32): the parked end of the flight
+// recorder (NOTE [device timestamps] in src/core/trace.hpp; common.cuh's trace_start).
+inline constexpr size_t kCtrlParkedEndOffset = 16;
 inline constexpr size_t kLLTotalDataBytes = 2u << 20;  // LL capacity, split among the sources
 
 // Element types and reductions the kernels know (values match symmem::DType/ReduceOp; the
