@@ -8,7 +8,8 @@
   durations under 10 s, start_ns after the host enqueue minus the clock calibration's slack
   (5 ms) and end_ns before the dump's time;
 - symmem-trace DIR exits 0 (no rank behind) and --perfetto writes JSON with one process
-  track per rank and complete slices ("ph": "X") on each;
+  track per rank and complete slices ("ph": "X") on each, nested or apart on every thread
+  track (Perfetto does not draw slices that overlap without nesting);
 - with --metrics FILE (the run's SYMMEM_TRACE_FILE): every GPU entry with device times has its
   metrics line, whose "us" is that entry's device end - start (allocations, which the host
   waits for: end - enqueue);
@@ -22,6 +23,25 @@ import os
 import statistics
 import subprocess
 import sys
+
+
+def overlaps(slices):
+    """Slices of one thread track that overlap without nesting (Perfetto leaves them out)."""
+    out = []
+    tracks = collections.defaultdict(list)
+    for e in slices:
+        tracks[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"], e["name"]))
+    for key, v in tracks.items():
+        v.sort(key=lambda x: (x[0], -x[1]))
+        stack = []
+        for b, f, name in v:
+            while stack and stack[-1][1] <= b:
+                stack.pop()
+            if stack and f > stack[-1][1] + 1e-3:
+                out.append(f"track {key}: {name} [{b}, {f}] overlaps {stack[-1][2]} "
+                           f"[{stack[-1][0]}, {stack[-1][1]}] without nesting")
+            stack.append((b, f, name))
+    return out
 
 
 def main():
@@ -106,6 +126,7 @@ def main():
         print(f"perfetto: {len(ev)} events, {len(slices)} slices on {len(pids)} process tracks")
         if len(pids) != a.ranks:
             bad.append(f"perfetto: slices on {len(pids)} tracks, expected {a.ranks}")
+        bad += [f"perfetto: {x}" for x in overlaps(slices)[:5]]
     for b in bad[:20]:
         print("FAIL:", b)
     print("RESULT:", "FAILED" if bad else "PASSED")

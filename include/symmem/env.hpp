@@ -74,7 +74,7 @@
     "PeerFailure, on SIGUSR1 and at exit (docs/debugging.md).")                                    \
   X(trace_file, "SYMMEM_TRACE_FILE", "string", "", "",                                             \
     "If set, every completed op appends one JSON line (op, bytes, algo, us, algbw, busbw) to "     \
-    "this file; GPU ops when their kernel's end time arrives (docs/debugging.md).")
+    "this file; GPU ops with device times when their kernel's end arrives (docs/debugging.md).")
 
 namespace symmem::env {
 

@@ -60,11 +60,13 @@
 // an older op's end) with start_ns / end_ns on the host clock; last_completed then counts the
 // GPU's progress too. With SYMMEM_TRACE_FILE set, the group's next ops (and the group's end,
 // and the exit) write the metrics lines of the GPU ops whose end has arrived, with the
-// device's start-to-end time as "us". A kernel that
-// times out returns without end: the entry stays "started", which is what a user looking for
-// the stuck op wants to see. Ops whose kernels take no SyncArgs (put/get copies, world size 1
-// copies, NCCL's own collectives, nvshmem) are not armed and stay "enqueued". Once a ring was
-// handed to a backend it is never unmapped (a registered range must not be freed under CUDA).
+// device's start-to-end time as "us". A kernel whose wait times out sets armed = 2: the entry
+// is "failed" ("a wait of its GPU kernel timed out") and gets no metrics line; a kernel still
+// waiting is "started", which is what a user looking for the stuck op wants to see. The slot is
+// armed only where a kernel taking SyncArgs is launched (get_ws in cuda_ops.cu): ops that
+// launch none (count 0, put/get and world size 1 copies, NCCL's own collectives, nvshmem) stay
+// "enqueued" and have no metrics line. Once a ring was handed to a backend it is never
+// unmapped (a registered range must not be freed under CUDA).
 //
 // NOTE [nvtx ranges]
 // With an NVTX tool attached (NVTX_INJECTION64_PATH set: nsys, or the test's injection library)

@@ -156,8 +156,6 @@ struct Call {
   uint64_t timeout_ns;
   int max_blocks;
   bool capturing;
-  uint64_t* times =
-      nullptr;  // the op's DeviceTimes slot, device address (NOTE [device timestamps])
 };
 
 const char* op_error_name(K::OpErrorCode code) {
@@ -622,7 +620,9 @@ Ws get_ws(const Call& c, size_t data_bytes) {
   w.sync.timeout_record = trec;
   w.sync.error_record = P.op_error;
   w.sync.desc_offset = static_cast<uint32_t>(w.L.desc_offset);
-  w.sync.times = c.times;
+  // Armed here, where a kernel that writes them is about to be launched: an op that launches none
+  // (count 0, world size 1 copies) leaves its slot unarmed, so metrics lines do not wait on it.
+  w.sync.times = arm_device_times(c);
   return w;
 }
 
@@ -929,7 +929,6 @@ void cuda_run_op(const OpArgs& a) {
   DeviceGuard guard(a.device.index);
   raise_op_error(op, rank);
   Call c = make_call(a);
-  if (a.kind != OpKind::put && a.kind != OpKind::get) c.times = arm_device_times(c);
   if (a.kind == OpKind::put || a.kind == OpKind::get) {
     char* remote = static_cast<char*>(a.target.ptr(a.root));
     if (remote == nullptr) {

@@ -22,6 +22,7 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+import time
 
 ALL_REDUCES = 50
 
@@ -109,6 +110,16 @@ def scenario_mismatch(args, d):
     print("mismatch:", out.splitlines()[0])
 
 
+def gpu_trace_checks():
+    """scripts/check-gpu-trace.py as a module (its Perfetto nesting check)."""
+    import importlib.util
+    path = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "check-gpu-trace.py"
+    spec = importlib.util.spec_from_file_location("check_gpu_trace", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def check_metrics(path, n_ranks, n_ops, backend="host"):
     """SYMMEM_TRACE_FILE: one JSON line per completed all_reduce of every rank (the worker's
     1024 floats), busbw = algbw * 2 (n - 1) / n."""
@@ -163,6 +174,9 @@ def scenario_ok(args, d, gpu=False):
     slices = [e for e in events if e.get("ph") == "X"]
     if len({e["pid"] for e in slices}) != 3 or len(slices) < 3 * 20:
         fail(f"perfetto: {len(slices)} slices on pids {sorted({e['pid'] for e in slices})}")
+    bad = gpu_trace_checks().overlaps(slices)
+    if bad:
+        fail("perfetto: slices overlap without nesting (Perfetto would leave them out)", *bad[:5])
     print("gpu_ok:" if gpu else "ok:", len(slices), "slices,", n_metrics, "metrics lines")
 
 
@@ -172,6 +186,9 @@ def scenario_gpu_ok(args, d):
 
 def scenario_gpu_stop(args, d):
     scenario_stop(args, d, gpu=True)
+    # symmem-run killed the stopped rank (SIGKILL): give MPS time to tear that client down
+    # before the next process opens the GPU.
+    time.sleep(3)
 
 
 def main():

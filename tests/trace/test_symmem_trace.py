@@ -580,6 +580,27 @@ def test_perfetto_output(tmp_path):
     assert len([t for t in tracks if t[0] == 1]) == 2 and len([t for t in tracks if t[0] == 2]) == 1
 
 
+def test_perfetto_gpu_slices_are_device_times(tmp_path):
+    """Launches queue ahead of the GPU: each kernel's slice is its device start to end (nested or
+    apart on its track, as Perfetto needs), with the time in the queue in its args."""
+    ents = []
+    for s in range(1, 6):  # all enqueued at once, run back to back on the GPU
+        ents.append(entry(s, "completed", device="cuda:0", stream=0x5500, enqueue_ns=T0 + s,
+                          start_ns=T0 + s * 100000, end_ns=T0 + s * 100000 + 90000))
+    ents.append(entry(6, "started", device="cuda:0", stream=0x5500, enqueue_ns=T0 + 6,
+                      start_ns=T0 + 600000))
+    write(tmp_path, [dump(0, 1, [group(ents, [0], 0)], reason="signal", time_ns=T0 + 700000)])
+    out_json = tmp_path / "trace.json"
+    rc, out, err = run(tmp_path, "--perfetto", str(out_json))
+    evs = _strict_json(out_json)["traceEvents"]
+    xs = sorted((e for e in evs if e["ph"] == "X"), key=lambda e: e["ts"])
+    assert [e["args"]["seq"] for e in xs] == [1, 2, 3, 4, 5, 6], xs
+    for a_, b_ in zip(xs, xs[1:]):
+        assert a_["ts"] + a_["dur"] <= b_["ts"], (a_, b_)
+    assert xs[0]["dur"] == 90.0 and xs[0]["args"]["queued_us"] == 99.999, xs[0]
+    assert xs[-1]["args"].get("open_until_dump") and xs[-1]["dur"] == 100.0, xs[-1]
+
+
 def test_perfetto_unwritable(tmp_path):
     write(tmp_path, [dump(0, 1, [group(completed(2), [0], 0)], reason="exit")])
     rc, _, err = run(tmp_path, "--perfetto", str(tmp_path / "no" / "such" / "dir.json"))

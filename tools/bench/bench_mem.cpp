@@ -150,9 +150,16 @@ std::unique_ptr<MemIO> make_cuda_io(int device, std::string* why) {
   }
   int dev = 0;
   void* ctx = nullptr;
-  if (d.cuInit(0) != 0 || d.cuDeviceGet(&dev, device) != 0 ||
-      d.cuDevicePrimaryCtxRetain(&ctx, dev) != 0 || d.cuCtxSetCurrent(ctx) != 0) {
-    if (why) *why = "no usable CUDA device " + std::to_string(device);
+  const char* step = "cuInit";
+  int rc = d.cuInit(0);
+  if (rc == 0) rc = (step = "cuDeviceGet", d.cuDeviceGet(&dev, device));
+  if (rc == 0) rc = (step = "cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain(&ctx, dev));
+  if (rc == 0) rc = (step = "cuCtxSetCurrent", d.cuCtxSetCurrent(ctx));
+  if (rc != 0) {
+    if (why) {
+      *why = "no usable CUDA device " + std::to_string(device) + " (" + step + " returned " +
+             std::to_string(rc) + ")";
+    }
     return nullptr;
   }
   return std::make_unique<CudaIO>(d);
