@@ -86,8 +86,10 @@ def main():
                 m = metrics.get((r, group_of[id(e)], e["seq"]))
                 if m is None:
                     missing += 1
+                # Host-timed allocations: the line converts one tick difference, the dump two
+                # absolute times (NOTE [recorder clock]): a few ns apart.
                 elif abs(m["us"] - (e["end_ns"] - (e["enqueue_ns"] if e["op"] == "alloc" else
-                                                    e["start_ns"])) / 1e3) > 0.002 or \
+                                                    e["start_ns"])) / 1e3) > 0.01 or \
                         m["backend"] != "cuda" or m["op"] != e["op"] or m["bytes"] != e["bytes"]:
                     bad.append(f"rank {r} seq {e['seq']}: metrics line {m} does not match the"
                                f" dump's entry {e}")

@@ -1,7 +1,8 @@
 // One rank of a flight-recorder scenario (tests/flight/flight_driver.py). Runs with
 // SYMMEM_TRACE_DIR set:
 //   stop N      : all_reduce in a loop; the last rank stops itself (SIGSTOP) right before its
-//                 N-th all_reduce, so the others time out there and dump.
+//                 N-th all_reduce, so the others time out there and dump (on cuda: in the
+//                 barrier after their N-th, which waits for the GPU).
 //   mismatch N  : N all_reduces agree, then rank 1 passes half the count in the next one (every
 //                 rank refuses it: InvalidArgument), then a clean exit (the exit dumps show the
 //                 disagreement).
@@ -53,6 +54,12 @@ int main(int argc, char** argv) {
     auto* mine = gpu ? nullptr : static_cast<float*>(buf.ptr(rank));
     for (int i = 1;; ++i) {
       if ((mode == "ok" && i > n) || (mode == "mismatch" && i > n + 1)) break;
+      if (mode == "stop" && gpu && i > n) {
+        // GPU ops return at launch: wait here (a device sync that times out) instead of
+        // queueing kernels that would still run when the process exits.
+        buf.barrier();
+        break;
+      }
       if (mode == "stop" && i == n && rank == g.world_size() - 1) raise(SIGSTOP);
       size_t count = kCount;
       if (mode == "mismatch" && i == n + 1 && rank == 1) count = kCount / 2;
@@ -85,7 +92,7 @@ int main(int argc, char** argv) {
       buf.barrier();  // every rank has seen its signal dump before any exit dump
     }
   } catch (const symmem::Error& e) {
-    std::printf("WORKER rank=%d error=%s\n", rank, symmem::to_string(e.code()));
+    std::printf("WORKER rank=%d error=%s (%s)\n", rank, symmem::to_string(e.code()), e.what());
     std::fflush(stdout);
     return 3;
   }
