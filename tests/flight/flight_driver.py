@@ -187,8 +187,8 @@ def scenario_gpu_ok(args, d):
 def scenario_gpu_stop(args, d):
     scenario_stop(args, d, gpu=True)
     # symmem-run killed the stopped rank (SIGKILL): give MPS time to tear that client down
-    # before the next process opens the GPU.
-    time.sleep(3)
+    # before the next process opens the GPU (seen on an H200: new clients failed for seconds).
+    time.sleep(10)
 
 
 def main():

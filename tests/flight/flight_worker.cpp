@@ -2,7 +2,7 @@
 // SYMMEM_TRACE_DIR set:
 //   stop N      : all_reduce in a loop; the last rank stops itself (SIGSTOP) right before its
 //                 N-th all_reduce, so the others time out there and dump (on cuda: in the
-//                 barrier after their N-th, which waits for the GPU).
+//                 group barrier after their N-th, which waits for the GPU).
 //   mismatch N  : N all_reduces agree, then rank 1 passes half the count in the next one (every
 //                 rank refuses it: InvalidArgument), then a clean exit (the exit dumps show the
 //                 disagreement).
@@ -57,7 +57,9 @@ int main(int argc, char** argv) {
       if (mode == "stop" && gpu && i > n) {
         // GPU ops return at launch: wait here (a device sync that times out) instead of
         // queueing kernels that would still run when the process exits.
-        buf.barrier();
+        symmem::OpOptions on_gpu;
+        on_gpu.device = symmem::Device::cuda(0);
+        symmem::barrier(g, on_gpu);
         break;
       }
       if (mode == "stop" && i == n && rank == g.world_size() - 1) raise(SIGSTOP);
