@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Cost of the flight recorder (issue #18): the same benchmark with the recorder off
 (SYMMEM_TRACE_BUFFER=0) and on (the default 2000; optionally with SYMMEM_TRACE_DIR), runs
-alternating, medians over the runs, and the difference per op.
+alternating, medians over the runs, and the difference per op. --no-device-times adds the
+recorder on with SYMMEM_TRACE_DEVICE_TIMES=0 (GPU modes: the host side alone).
 
   host:  bench/trace_overhead.py --build build host [--np 2]
          symmem-bench --op all_reduce on the host backend (time per op, CPU clock)
@@ -23,7 +24,10 @@ import subprocess
 import sys
 import tempfile
 
-MODES = {"off": {"SYMMEM_TRACE_BUFFER": "0"}, "on": {"SYMMEM_TRACE_BUFFER": "2000"}}
+MODES = {"off": {"SYMMEM_TRACE_BUFFER": "0"}, "on": {"SYMMEM_TRACE_BUFFER": "2000"},
+         # The recorder without the kernels' device times (SYMMEM_TRACE_DEVICE_TIMES=0): what
+         # the host side costs alone.
+         "on-nodt": {"SYMMEM_TRACE_BUFFER": "2000", "SYMMEM_TRACE_DEVICE_TIMES": "0"}}
 
 
 def run(cmd, env_extra, timeout=300):
@@ -115,6 +119,8 @@ def main():
     ap.add_argument("--runs", type=int, default=6, help="runs per mode, alternating")
     ap.add_argument("--iters", type=int, default=500)
     ap.add_argument("--sizes", default="4096,65536,1048576")
+    ap.add_argument("--no-device-times", action="store_true",
+                    help="also the recorder on with SYMMEM_TRACE_DEVICE_TIMES=0 (GPU modes)")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
     a.source = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -125,20 +131,26 @@ def main():
         return callgrind(a)
     sizes = [int(s) for s in a.sizes.split(",")]
     once = {"host": host_once, "cuda": cuda_once, "cuda-bench": cuda_bench_once}[a.what]
-    runs = {"off": [], "on": []}
+    modes = ["off", "on"] + (["on-nodt"] if a.no_device_times else [])
+    runs = {m: [] for m in modes}
     for i in range(a.runs):
-        for mode in (("off", "on") if i % 2 == 0 else ("on", "off")):
+        for mode in (modes if i % 2 == 0 else modes[::-1]):
             runs[mode].append(once(a, mode, sizes))
     keys = ["us"] + (["host_us"] if a.what == "cuda" else [])
     print(f"{a.what}, {a.np} ranks, median of {a.runs} alternating runs per mode "
           f"({a.iters} iterations each)\n")
-    print("| bytes | metric | recorder off | recorder on | on - off (us) | on / off |")
-    print("|---|---|---|---|---|---|")
+    nodt = "on-nodt" in modes
+    print("| bytes | metric | recorder off | recorder on | on - off (us) | on / off |" +
+          (" on, no device times | that - off (us) |" if nodt else ""))
+    print("|---|---|---|---|---|---|" + ("---|---|" if nodt else ""))
     for b in sorted(runs["off"][0]):
         for k in keys:
-            off = statistics.median(r[b][k] for r in runs["off"] if b in r)
-            on = statistics.median(r[b][k] for r in runs["on"] if b in r)
-            print(f"| {b} | {k} | {off:.3f} | {on:.3f} | {on - off:+.3f} | {on / off:.3f} |")
+            med = {m: statistics.median(r[b][k] for r in runs[m] if b in r) for m in modes}
+            off, on = med["off"], med["on"]
+            row = f"| {b} | {k} | {off:.3f} | {on:.3f} | {on - off:+.3f} | {on / off:.3f} |"
+            if nodt:
+                row += f" {med['on-nodt']:.3f} | {med['on-nodt'] - off:+.3f} |"
+            print(row)
 
 
 if __name__ == "__main__":

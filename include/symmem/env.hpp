@@ -69,6 +69,9 @@
     "Tuning: largest piece the GPU collectives send LL under algo auto (default: tuning.hpp).")    \
   X(trace_buffer, "SYMMEM_TRACE_BUFFER", "int", "2000", "0..1000000",                              \
     "Ops each group's flight recorder keeps (a ring of the most recent); 0: record nothing.")      \
+  X(trace_device_times, "SYMMEM_TRACE_DEVICE_TIMES", "bool", "1", "",                              \
+    "GPU ops' kernels write their start and end times for the flight recorder; 0: they write "     \
+    "nothing, GPU ops stay 'enqueued' in dumps and get no metrics lines.")                         \
   X(trace_dir, "SYMMEM_TRACE_DIR", "string", "", "",                                               \
     "If set, each rank writes its flight recorder to DIR/rank<R>.json on a Timeout or "            \
     "PeerFailure, on SIGUSR1 and at exit (docs/debugging.md).")                                    \

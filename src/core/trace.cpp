@@ -744,7 +744,8 @@ FlightRecorder::FlightRecorder(TraceGroupInfo info, size_t capacity)
     ring_ = static_cast<TraceEntry*>(std::calloc(capacity_, sizeof(TraceEntry)));
     if (ring_ == nullptr) capacity_ = 0;
   }
-  if (capacity_ != 0) {  // NOTE [device timestamps]: pages are touched only by GPU ops
+  // NOTE [device timestamps]: pages are touched only by GPU ops.
+  if (capacity_ != 0 && env::trace_device_times()) {
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
     times_bytes_ = (capacity_ * sizeof(DeviceTimes) + page - 1) / page * page;
     void* m =

@@ -411,13 +411,17 @@ uint64_t* arm_device_times(const Call& c) {
   if (t == nullptr || c.capturing || c.a.device_times_ring == nullptr) return nullptr;
   // The last ring and GPU this thread saw (a handed-out ring is never unmapped, so its address
   // keeps its registration): no lock and no lookup on the op path after the first op.
-  thread_local const void* t_ring = nullptr;
-  thread_local int t_device = -1;
-  thread_local int64_t t_delta = kNoTimes, t_offset = kNoTimes;
+  // One thread_local (in a plugin each is a __tls_get_addr call).
+  struct Last {
+    const void* ring = nullptr;
+    int device = -1;
+    int64_t delta = kNoTimes, offset = kNoTimes;
+  };
+  thread_local Last last;
   int64_t delta = kNoTimes, offset = kNoTimes;
-  if (t_ring == c.a.device_times_ring && t_device == c.a.device.index) {
-    delta = t_delta;
-    offset = t_offset;
+  if (last.ring == c.a.device_times_ring && last.device == c.a.device.index) {
+    delta = last.delta;
+    offset = last.offset;
   } else {
     Process& P = proc();
     std::lock_guard<std::mutex> lock(P.mu);
@@ -445,10 +449,7 @@ uint64_t* arm_device_times(const Call& c) {
       o = P.clock_offset.emplace(c.a.device.index, measure_clock_offset()).first;
     }
     offset = o->second;
-    t_ring = c.a.device_times_ring;
-    t_device = c.a.device.index;
-    t_delta = delta;
-    t_offset = offset;
+    last = Last{c.a.device_times_ring, c.a.device.index, delta, offset};
   }
   if (delta == kNoTimes || offset == kNoTimes) return nullptr;
   t->offset = offset;
