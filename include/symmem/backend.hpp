@@ -48,6 +48,11 @@ class SYMMEM_API BackendMemory {
     (void)op;
     (void)channel;
   }
+  // Whether releasing this memory is a collective step (nvshmem_free, NCCL's window
+  // deregistration), which ranks must take in allocation order when free() is called. Memory
+  // whose release is local may outlive free() while a DLPack consumer still views it
+  // (NOTE [free with live views] in memory.hpp).
+  virtual bool release_is_collective() const { return false; }
 };
 
 struct RendezvousInfo {

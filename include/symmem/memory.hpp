@@ -40,7 +40,12 @@ class SYMMEM_API SymmetricMemory {
  public:
   SymmetricMemory();  // empty handle; valid() is false
 
-  bool valid() const noexcept { return impl_ != nullptr; }
+  bool valid() const noexcept { return impl_ != nullptr; }  // a non-empty handle
+  // NOTE [free with live views]: true once free() was called on the allocation (through any
+  // handle of it); ops on it raise InvalidArgument. A DLPack consumer's view (Python) keeps the
+  // mapping of a host or cuda allocation until the consumer goes, so reading it never crashes;
+  // nccl and nvshmem release collectively, in allocation order, at free() itself.
+  bool freed() const noexcept;
   int rank() const;
   int world_size() const;
   size_t size() const;    // bytes of this view on each rank

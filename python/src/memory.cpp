@@ -74,10 +74,12 @@ std::optional<SymmetricMemory> find_allocation(const void* p, size_t bytes, size
 namespace {
 
 // Owns what a DLPack consumer sees; the consumer's deleter frees it. Holding `keep` (a handle of
-// the allocation) keeps the symmetric memory alive as long as any consumer lives. The deleter
-// does not need the GIL.
+// the allocation) keeps the symmetric memory alive as long as any consumer lives; `mapping`
+// keeps it mapped after free() too, where its release is local (NOTE [free with live views] in
+// symmem/memory.hpp). The deleter does not need the GIL.
 struct ExportCtx {
   SymmetricMemory keep;
+  std::shared_ptr<symmem::BackendMemory> mapping;
   std::vector<int64_t> shape;
   std::vector<int64_t> strides;
   dl::ManagedTensor legacy{};
@@ -146,6 +148,7 @@ nb::object export_dlpack(const Array& a, nb::handle stream, nb::handle max_versi
 
   auto ctx = std::make_unique<ExportCtx>();
   ctx->keep = a.mem;
+  if (const auto& bm = a.mem.backend_memory(); !bm->release_is_collective()) ctx->mapping = bm;
   ctx->shape = a.shape;
   ctx->strides.resize(a.shape.size());
   int64_t stride = 1;
@@ -434,7 +437,11 @@ void bind_symmetric_memory(nb::module_& m) {
       m, "SymmetricMemory",
       "Handle of a symmetric allocation (or a view of one) over a group. Pointers are ints "
       "(device pointers on GPU backends).");
-  mem.def_prop_ro("valid", &SymmetricMemory::valid)
+  mem.def_prop_ro(
+         "valid", [](const SymmetricMemory& s) { return s.valid() && !s.freed(); },
+         "False for an empty handle and once the allocation was freed.")
+      .def_prop_ro("freed", &SymmetricMemory::freed,
+                   "True once free() was called on the allocation (by any handle of it).")
       .def_prop_ro("rank", &SymmetricMemory::rank)
       .def_prop_ro("world_size", &SymmetricMemory::world_size)
       .def_prop_ro("size", &SymmetricMemory::size, "Bytes of this view on each rank.")
@@ -472,7 +479,9 @@ void bind_symmetric_memory(nb::module_& m) {
       .def("view", &SymmetricMemory::view, "offset"_a, "length"_a,
            "A view of [offset, offset+length) bytes of every rank's buffer (no rendezvous).")
       .def("free", &SymmetricMemory::free, nb::call_guard<nb::gil_scoped_release>(),
-           "Frees the allocation now; every handle and view becomes invalid.")
+           "Frees the allocation now: every handle becomes invalid and ops on it raise "
+           "InvalidArgument. Arrays that numpy, torch, ... got through DLPack stay readable "
+           "(host and cuda backends: the mapping goes with the last of them).")
       .def(
           "array",
           [](const SymmetricMemory& s, nb::handle shape, nb::handle dtype, size_t offset) {
@@ -602,7 +611,8 @@ void bind_symmetric_array(nb::module_& m) {
       m, "SymmetricArray",
       "An n-d array in symmetric memory (C order). Consumers see it without a copy through "
       "DLPack: numpy.from_dlpack(a), torch.from_dlpack(a), cupy.from_dlpack(a), "
-      "jax.dlpack.from_dlpack(a). The memory lives while the array or any consumer does.");
+      "jax.dlpack.from_dlpack(a). The memory lives while the array or any consumer does; "
+      "after free() a consumer's view stays mapped (host, cuda) until it goes.");
   bind_array_properties(arr);
   bind_array_access(arr);
   bind_array_export(arr);

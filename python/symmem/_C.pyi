@@ -266,7 +266,12 @@ class SymmetricMemory:
     """
 
     @property
-    def valid(self) -> bool: ...
+    def valid(self) -> bool:
+        """False for an empty handle and once the allocation was freed."""
+
+    @property
+    def freed(self) -> bool:
+        """True once free() was called on the allocation (by any handle of it)."""
 
     @property
     def rank(self) -> int: ...
@@ -324,7 +329,9 @@ class SymmetricMemory:
         """
 
     def free(self) -> None:
-        """Frees the allocation now; every handle and view becomes invalid."""
+        """
+        Frees the allocation now: every handle becomes invalid and ops on it raise InvalidArgument. Arrays that numpy, torch, ... got through DLPack stay readable (host and cuda backends: the mapping goes with the last of them).
+        """
 
     def array(self, shape: int | Sequence[int], dtype: object = 'float32', offset: int = 0) -> SymmetricArray:
         """A SymmetricArray over bytes [offset, offset + nbytes) of this view."""
@@ -348,7 +355,7 @@ class SymmetricMemory:
 
 class SymmetricArray:
     """
-    An n-d array in symmetric memory (C order). Consumers see it without a copy through DLPack: numpy.from_dlpack(a), torch.from_dlpack(a), cupy.from_dlpack(a), jax.dlpack.from_dlpack(a). The memory lives while the array or any consumer does.
+    An n-d array in symmetric memory (C order). Consumers see it without a copy through DLPack: numpy.from_dlpack(a), torch.from_dlpack(a), cupy.from_dlpack(a), jax.dlpack.from_dlpack(a). The memory lives while the array or any consumer does; after free() a consumer's view stays mapped (host, cuda) until it goes.
     """
 
     @property

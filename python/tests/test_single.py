@@ -127,6 +127,43 @@ def test_consumer_keeps_memory_alive(g):
     assert a.ctypes.data == ptr and (a == 5).all()
 
 
+def memfd_mappings(name):
+    with open("/proc/self/maps") as f:
+        return sum(1 for line in f if name in line)
+
+
+def test_view_after_free(g):
+    """free() invalidates the handle at once; a numpy (and torch) view stays readable until it
+    goes, and then the mapping goes too (NOTE [free with live views])."""
+    b = symmem.empty((1024,), dtype="float32", group=g)
+    mem = b.handle
+    name = f"symmem:{g.name}#{mem.alloc_id}:r0"
+    a = np.from_dlpack(b)
+    a[:] = 3.0
+    t = None
+    try:
+        import torch  # noqa: PLC0415
+        t = torch.from_dlpack(b)
+    except ImportError:
+        pass
+    assert mem.valid and not mem.freed
+    mem.free()
+    assert not mem.valid and mem.freed
+    with pytest.raises(symmem.InvalidArgument, match="freed"):
+        symmem.all_reduce(b)
+    with pytest.raises(symmem.InvalidArgument, match="freed"):
+        mem.free()
+    with pytest.raises(symmem.InvalidArgument, match="freed"):
+        b.numpy()  # a new consumer is refused
+    assert (a == 3.0).all()  # still mapped: reading it does not crash
+    if t is not None:
+        assert bool((t == 3.0).all())
+    assert memfd_mappings(name) >= 1
+    del a, t
+    gc.collect()
+    assert memfd_mappings(name) == 0, "the mapping outlived its last consumer"
+
+
 def test_views_of_one_allocation(g):
     mem = symmem.allocate(g, 4096)
     assert mem.size == 4096 and mem.rank == 0 and mem.world_size == 1

@@ -643,6 +643,10 @@ void SymmetricMemory::free() {
   a.release();
 }
 
+bool SymmetricMemory::freed() const noexcept {
+  return impl_ != nullptr && impl_->alloc->freed.load(std::memory_order_acquire);
+}
+
 const std::shared_ptr<BackendMemory>& SymmetricMemory::backend_memory() const {
   return usable(impl_, "SymmetricMemory::backend_memory").mem;
 }

@@ -21,6 +21,7 @@ class NcclMemory final : public BackendMemory {
  public:
   NcclMemory(const Group& group, std::shared_ptr<Comm> comm, const RendezvousInfo& info);
   ~NcclMemory() override;
+  bool release_is_collective() const override { return true; }  // window deregistration
 
   void* ptr(int peer) const override;
   void* const* ptrs_device() const override {

@@ -37,6 +37,7 @@ class NvshmemMemory final : public BackendMemory {
  public:
   NvshmemMemory(const Group& group, const RendezvousInfo& info);
   ~NvshmemMemory() override;
+  bool release_is_collective() const override { return true; }  // nvshmem_free
 
   void* ptr(int peer) const override;
   void* const* ptrs_device() const override {

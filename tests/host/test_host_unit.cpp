@@ -92,8 +92,11 @@ TEST(HostMemory, ViewsAndFree) {
     expect_error([&] { buf.wait_signal(5, 0); }, ErrorCode::InvalidArgument, {"src", "[0, 2)"});
     EXPECT_EQ(buf.global_rank(1), 1);
     g.store_barrier();
+    EXPECT_FALSE(buf.freed());
     buf.free();
     for (auto* h : {&buf, &v, &vv}) {
+      EXPECT_TRUE(h->freed());
+      EXPECT_TRUE(h->valid());  // still a handle: its metadata stays readable
       expect_error([&] { h->ptr(0); }, ErrorCode::InvalidArgument,
                    {"freed", "allocation #0 of group"});
       expect_error([&] { h->barrier(); }, ErrorCode::InvalidArgument, {"freed"});
@@ -102,6 +105,7 @@ TEST(HostMemory, ViewsAndFree) {
     expect_error([&] { buf.free(); }, ErrorCode::InvalidArgument, {"already freed"});
     EXPECT_EQ(buf.size(), 8192u);  // metadata stays readable
     SymmetricMemory empty;
+    EXPECT_FALSE(empty.freed());
     expect_error([&] { empty.ptr(0); }, ErrorCode::InvalidArgument, {"empty"});
   });
   expect_no_errors(errors);
