@@ -147,6 +147,11 @@ void flush_device_times(int wait_ms) noexcept {
     if (DeviceTimesFlush fn = f.load(std::memory_order_acquire)) fn(wait_ms);
   }
 }
+// A GPU op's kernel has ended: its end is in the slot and not before its start (a slot reused
+// after the ring wrapped may first get an older op's end: NOTE [device timestamps]).
+inline bool kernel_ended(uint64_t start, uint64_t end) noexcept {
+  return start != 0 && end >= start;
+}
 std::atomic<int> g_last_rank{-1};
 std::atomic<int> g_last_world{0};
 std::mutex g_setup_mu;  // metrics file and signal setup
@@ -804,7 +809,7 @@ void FlightRecorder::report_gpu_metrics(int fd) noexcept {
     if (armed != 1) continue;  // not timed (no SyncArgs kernel, graph capture) or timed out
     const uint64_t start = d->start, stop = d->end;
     // Still running (or its end not yet moved into the slot), and the ops after it.
-    if (start == 0 || stop < start) break;
+    if (!kernel_ended(start, stop)) break;
     write_metrics(fd, *this, e, static_cast<double>(stop - start) / 1e3);
   }
   gpu_metrics_.store(n, std::memory_order_relaxed);
@@ -865,9 +870,10 @@ std::vector<TraceEntryCopy> FlightRecorder::entries() const {
       const uint64_t start = d->start;
       const uint64_t end = d->end;
       if (armed != 0 && start != 0) {
-        c.state = end >= start ? TraceState::completed : TraceState::started;
+        const bool ended = kernel_ended(start, end);
+        c.state = ended ? TraceState::completed : TraceState::started;
         c.start_ns = static_cast<int64_t>(start) + offset;
-        if (end >= start) c.end_ns = static_cast<int64_t>(end) + offset;
+        if (ended) c.end_ns = static_cast<int64_t>(end) + offset;
       }
       if (armed == 2) {  // a wait of its kernel timed out (the kernel still ends its epoch)
         c.state = TraceState::failed;
@@ -907,13 +913,16 @@ std::string flight_recorder_json(const char* reason, const char* error) {
   return build_json(registry().recs, reason, error, rank, world);
 }
 
-bool dump_flight_recorders(const char* reason, const char* error) noexcept {
+namespace {
+
+// `flushed`: the caller ran flush_device_times just before (the exit dump).
+bool dump_recorders(const char* reason, const char* error, bool flushed) noexcept {
   try {
     const std::string dir = env::trace_dir();
     if (dir.empty()) return false;
     std::string text;
     int rank = -1, world = 0;
-    flush_device_times(kFlushMs);
+    if (!flushed) flush_device_times(kFlushMs);
     {
       // Bounded: a dump from a failing op must not hold it up (NOTE [flight recorder]).
       std::unique_lock<std::timed_mutex> lock(registry().mu,
@@ -941,8 +950,15 @@ bool dump_flight_recorders(const char* reason, const char* error) noexcept {
   }
 }
 
+}  // namespace
+
+bool dump_flight_recorders(const char* reason, const char* error) noexcept {
+  return dump_recorders(reason, error, false);
+}
+
 void flight_recorder_exit_dump() noexcept {
   const int fd = g_metrics_fd.load();
+  const bool flushed = fd >= 0;
   if (fd >= 0) {  // the GPU ops whose lines are still due (NOTE [device timestamps])
     flush_device_times(kFlushMs);
     std::unique_lock<std::timed_mutex> lock(registry().mu, std::chrono::milliseconds(100));
@@ -951,7 +967,7 @@ void flight_recorder_exit_dump() noexcept {
     }
   }
   if (g_failure_dumped.load()) return;
-  dump_flight_recorders("exit", nullptr);
+  dump_recorders("exit", nullptr, flushed);
 }
 
 void reset_trace_for_testing() noexcept {
