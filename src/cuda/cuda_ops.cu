@@ -556,21 +556,19 @@ Ws get_ws(const Call& c, size_t data_bytes) {
   const size_t need = w.L.data_offset + data_bytes;
   Process& P = proc();
   const void* gkey = c.a.group->impl().get();
-  if (c.capturing) {
-    std::lock_guard<std::mutex> lock(P.mu);
-    auto it = P.group_ws.find(gkey);
-    if (it == P.group_ws.end() || it->second.mem.expired() || it->second.bytes < need) {
-      throw_warm_up(c, need);
-    }
-  }
-  // A workspace about to be replaced by a larger one: kept until its parked end (NOTE [device
+  // The group's latest workspace, looked up once: during capture it must be large enough
+  // already; one about to be replaced by a larger one is kept until its parked end (NOTE [device
   // timestamps]) is carried into the new one below (its destructor synchronises the device).
   std::shared_ptr<symmem::BackendMemory> old_ws;
   char* old_local = nullptr;
   {
     std::lock_guard<std::mutex> lock(P.mu);
     auto it = P.group_ws.find(gkey);
-    if (it != P.group_ws.end() && it->second.bytes < need) {
+    const bool known = it != P.group_ws.end();
+    if (c.capturing && (!known || it->second.mem.expired() || it->second.bytes < need)) {
+      throw_warm_up(c, need);
+    }
+    if (known && it->second.bytes < need) {
       old_ws = it->second.mem.lock();
       old_local = it->second.local;
     }
