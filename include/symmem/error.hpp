@@ -22,6 +22,8 @@ enum class ErrorCode : int {
   System = 6,              // an OS call failed (errno)
   Cuda = 7,                // a CUDA driver/runtime call failed
   Internal = 8,            // a bug in symmem
+  Aborted = 9,             // the group was aborted (Group::abort, or shrink() of it); the
+                           // message gives the reason. Nothing of that group runs any more.
 };
 
 // "InvalidArgument", "Timeout", ...

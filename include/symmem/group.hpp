@@ -88,6 +88,42 @@ class SYMMEM_API Group {
   // Barrier over the store (slow path; for setup and teardown, not hot loops).
   void store_barrier() const;
 
+  // ---- failures and recovery (docs/reliability.md, "Recovering from a failed rank") ----------
+  // Aborts this group and every group split from it, in this process: every op, barrier,
+  // signal wait, allocation and store exchange of theirs in flight returns within 100 ms with
+  // ErrorCode::Aborted (message: the reason), and so does every later one. Idempotent (the first
+  // reason stays); safe from any thread (a signal handler must defer it: it takes a mutex).
+  // Local: it tells no peer. Memory of an aborted group can still be freed.
+  void abort(const std::string& reason = "") const;
+  bool aborted() const;
+  // The ranks of this group (sorted) whose process is known to be gone: a rank on this host
+  // whose process ended (or was replaced by another with its pid), or a rank the launcher
+  // (symmem-run) reported failed. Not collective; costs a /proc read per local rank and one
+  // store round trip.
+  std::vector<int> failed_ranks() const;
+  // Collective over the ranks of this group not in `excluded` (the survivors; every one passes
+  // the same set, e.g. failed_ranks()). Returns their group, ranks renumbered in the old order
+  // (rank_map() gives old -> new), and aborts this group (its ops and allocations then raise
+  // Aborted saying so). The new group's store waits tolerate the excluded ranks' reported
+  // failures; new allocations and every op work on it. A survivor that is also excluded gets
+  // InvalidArgument.
+  Group shrink(const std::vector<int>& excluded) const;
+  // Collective over this group's ranks and `joiners` processes that call Group::rejoin() (in
+  // any order, before or after): returns a group of world_size() + joiners ranks, this group's
+  // ranks first (unchanged), then the joiners in the order they asked to join. This group stays
+  // usable. Waits up to timeout() for the joiners.
+  Group grow(int joiners) const;
+  // Called by a replacement process (e.g. one that symmem-run --restart-failed started, with
+  // SYMMEM_RESTART_COUNT set): joins the next grow() of the job's survivors through the job's
+  // store (options as for from_env(); the rank found there becomes the new member's global
+  // rank). Waits up to the timeout for a grow().
+  static Group rejoin(const GroupOptions& options = {});
+  // Whether the launcher started this process again after a failure (SYMMEM_RESTART_COUNT > 0).
+  static bool restarted();
+  // For a group made by shrink() or grow(): entry r is the rank in this group of rank r of the
+  // group it was made from (-1: excluded). Empty for other groups.
+  const std::vector<int>& rank_map() const;
+
   struct Impl;
   const std::shared_ptr<Impl>& impl() const { return impl_; }
   explicit Group(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}

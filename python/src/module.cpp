@@ -26,11 +26,11 @@ namespace {
 
 // Exception classes indexed by ErrorCode (1..8); [0] is symmem.Error. Created once, never freed
 // (they live as long as the interpreter).
-std::array<PyObject*, 9> g_exc{};
+std::array<PyObject*, 10> g_exc{};
 
 PyObject* exception_for(ErrorCode code) {
   int i = static_cast<int>(code);
-  if (i < 1 || i > 8) return g_exc[0];
+  if (i < 1 || i > 9) return g_exc[0];
   return g_exc[i];
 }
 
@@ -99,6 +99,11 @@ void bind_errors(nb::module_& m) {
       m, "SystemFailure", "An operating-system call failed. Also an OSError.", PyExc_OSError);
   g_exc[idx(ErrorCode::Cuda)] = make_exc(m, "CudaError", "A CUDA call failed.", nullptr);
   g_exc[idx(ErrorCode::Internal)] = make_exc(m, "InternalError", "A bug in symmem.", nullptr);
+  g_exc[idx(ErrorCode::Aborted)] =
+      make_exc(m, "Aborted",
+               "The group was aborted (Group.abort(), or shrink() of it); the message gives the "
+               "reason.",
+               nullptr);
   nb::register_exception_translator(translate);
 
   nb::enum_<ErrorCode>(m, "ErrorCode", "The code carried by every symmem.Error (its `code`).")
@@ -109,7 +114,8 @@ void bind_errors(nb::module_& m) {
       .value("BackendUnavailable", ErrorCode::BackendUnavailable)
       .value("System", ErrorCode::System)
       .value("Cuda", ErrorCode::Cuda)
-      .value("Internal", ErrorCode::Internal);
+      .value("Internal", ErrorCode::Internal)
+      .value("Aborted", ErrorCode::Aborted);
   // For tests and for Python code that wants to raise a symmem error itself.
   m.def(
       "_raise",
@@ -666,7 +672,41 @@ void bind_group_constructors(nb::class_<Group>& group) {
           nb::sig("def create(store: Store, rank: int, world_size: int, *, "
                   "local_rank: int | None = None, local_world_size: int | None = None, "
                   "timeout: float | datetime.timedelta | None = None) -> Group"),
-          "A group over an existing store with explicit rank and world size (collective).");
+          "A group over an existing store with explicit rank and world size (collective).")
+      .def_static(
+          "rejoin",
+          [](nb::handle timeout) {
+            GroupOptions o =
+                group_options(std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                              nullptr, std::nullopt, timeout, "Group.rejoin");
+            Group g;
+            {
+              nb::gil_scoped_release r;
+              g = Group::rejoin(o);
+            }
+            nb::object obj = nb::cast(g);
+            if (!default_group_slot().is_valid() || default_group_slot().is_none())
+              default_group_slot() = obj;
+            return obj;
+          },
+          nb::kw_only(), "timeout"_a.none() = nb::none(),
+          nb::sig("def rejoin(*, timeout: float | datetime.timedelta | None = None) -> Group"),
+          "For a process the launcher started again after a failure (Group.restarted()): joins "
+          "the next grow() of the job's survivors; becomes the default group if there is none.")
+      .def_static("restarted", &Group::restarted,
+                  "Whether the launcher started this process again after a failure "
+                  "(SYMMEM_RESTART_COUNT > 0; symmem-run --restart-failed).");
+}
+
+// A group that replaces `old` (shrink, grow) also replaces it as the default group.
+nb::object replacing_default(const Group& old, Group g) {
+  nb::object obj = nb::cast(std::move(g));
+  nb::object& slot = default_group_slot();
+  if (slot.is_valid() && !slot.is_none() && nb::isinstance<Group>(slot) &&
+      nb::cast<const Group&>(slot).impl() == old.impl()) {
+    slot = obj;
+  }
+  return obj;
 }
 
 void bind_group(nb::module_& m) {
@@ -689,6 +729,41 @@ void bind_group(nb::module_& m) {
       .def_prop_ro(
           "timeout", [](const Group& g) { return g.timeout().count() / 1000.0; },
           "Deadline of blocking calls, in seconds.")
+      .def("abort", &Group::abort, "reason"_a = "", nb::call_guard<nb::gil_scoped_release>(),
+           "Aborts this group and the groups split from it, in this process: ops in flight and "
+           "later ones raise symmem.Aborted within 100 ms. Idempotent; safe from any thread.")
+      .def_prop_ro("aborted", &Group::aborted)
+      .def("failed_ranks", &Group::failed_ranks, nb::call_guard<nb::gil_scoped_release>(),
+           "Ranks of this group whose process is known to be gone (sorted).")
+      .def(
+          "shrink",
+          [](const Group& g, const std::vector<int>& excluded) {
+            Group out;
+            {
+              nb::gil_scoped_release r;
+              out = g.shrink(excluded);
+            }
+            return replacing_default(g, std::move(out));
+          },
+          "excluded"_a, nb::sig("def shrink(self, excluded: Sequence[int]) -> Group"),
+          "Collective over the survivors: their group, ranks renumbered in the old order "
+          "(rank_map: old -> new). Aborts this group; replaces it as the default group.")
+      .def(
+          "grow",
+          [](const Group& g, int joiners) {
+            Group out;
+            {
+              nb::gil_scoped_release r;
+              out = g.grow(joiners);
+            }
+            return replacing_default(g, std::move(out));
+          },
+          "joiners"_a, nb::sig("def grow(self, joiners: int) -> Group"),
+          "Collective over this group and `joiners` processes calling Group.rejoin(): the group "
+          "of all of them, this group's ranks first. Replaces this group as the default group.")
+      .def_prop_ro("rank_map", &Group::rank_map,
+                   "For a group made by shrink() or grow(): per rank of the group it came from, "
+                   "its rank here (-1: excluded); else empty.")
       .def("same_host", &Group::same_host, "peer"_a)
       .def("global_rank", &Group::global_rank, "group_rank"_a)
       .def("group_rank", &Group::group_rank, "global_rank"_a)

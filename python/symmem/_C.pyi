@@ -29,6 +29,8 @@ class ErrorCode(enum.Enum):
 
     Internal = 8
 
+    Aborted = 9
+
 class Error(RuntimeError):
     """Base class of every symmem error; `code` is its ErrorCode."""
 
@@ -167,6 +169,18 @@ class Group:
         A group over an existing store with explicit rank and world size (collective).
         """
 
+    @staticmethod
+    def rejoin(*, timeout: float | datetime.timedelta | None = None) -> Group:
+        """
+        For a process the launcher started again after a failure (Group.restarted()): joins the next grow() of the job's survivors; becomes the default group if there is none.
+        """
+
+    @staticmethod
+    def restarted() -> bool:
+        """
+        Whether the launcher started this process again after a failure (SYMMEM_RESTART_COUNT > 0; symmem-run --restart-failed).
+        """
+
     @property
     def valid(self) -> bool: ...
 
@@ -200,6 +214,33 @@ class Group:
     @property
     def timeout(self) -> float:
         """Deadline of blocking calls, in seconds."""
+
+    def abort(self, reason: str = '') -> None:
+        """
+        Aborts this group and the groups split from it, in this process: ops in flight and later ones raise symmem.Aborted within 100 ms. Idempotent; safe from any thread.
+        """
+
+    @property
+    def aborted(self) -> bool: ...
+
+    def failed_ranks(self) -> list[int]:
+        """Ranks of this group whose process is known to be gone (sorted)."""
+
+    def shrink(self, excluded: Sequence[int]) -> Group:
+        """
+        Collective over the survivors: their group, ranks renumbered in the old order (rank_map: old -> new). Aborts this group; replaces it as the default group.
+        """
+
+    def grow(self, joiners: int) -> Group:
+        """
+        Collective over this group and `joiners` processes calling Group.rejoin(): the group of all of them, this group's ranks first. Replaces this group as the default group.
+        """
+
+    @property
+    def rank_map(self) -> list[int]:
+        """
+        For a group made by shrink() or grow(): per rank of the group it came from, its rank here (-1: excluded); else empty.
+        """
 
     def same_host(self, peer: int) -> bool: ...
 

@@ -28,7 +28,7 @@ SYMMEM_TIMEOUT_MS). Blocking calls release the GIL.
 Errors: every failure raises a subclass of symmem.Error (``.code`` is a symmem.ErrorCode):
 InvalidArgument (also ValueError), Unsupported (also NotImplementedError), Timeout (also
 TimeoutError), PeerFailure (also ConnectionError), BackendUnavailable, SystemFailure (also
-OSError), CudaError, InternalError.
+OSError), CudaError, InternalError, Aborted (the group was aborted or shrunk).
 
 PyTorch: ``import symmem.torch`` registers the ops as torch.library custom ops (``torch.ops.symmem``)
 that torch.compile traces, and ``symmem.torch.group_from_process_group()``.

@@ -297,7 +297,7 @@ def test_errors_map_to_classes(g):
     [(1, "InvalidArgument", ValueError), (2, "Unsupported", NotImplementedError),
      (3, "Timeout", TimeoutError), (4, "PeerFailure", ConnectionError),
      (5, "BackendUnavailable", None), (6, "SystemFailure", OSError), (7, "CudaError", None),
-     (8, "InternalError", None)])
+     (8, "InternalError", None), (9, "Aborted", None)])
 def test_every_code_has_a_class(code, cls, also):
     with pytest.raises(getattr(symmem, cls)) as e:
         symmem._C._raise(code, "op: rank 0: message")

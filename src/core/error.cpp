@@ -22,6 +22,8 @@ const char* to_string(ErrorCode code) noexcept {
       return "Cuda";
     case ErrorCode::Internal:
       return "Internal";
+    case ErrorCode::Aborted:
+      return "Aborted";
   }
   return "Unknown";
 }

@@ -77,16 +77,19 @@ std::vector<Bytes> StoreExchange::await(const std::vector<std::string>& keys,
   const auto deadline = detail::deadline_for(timeout_);
   detail::WaitReport report(what_.empty() ? "StoreExchange '" + prefix_ + "'" : what_, subsys_,
                             rank_, start, deadline, timeout_);
-  if (!watch_ && !report.enabled()) {
+  detail::check_not_aborted(abort_.get(), op, rank_);
+  if (!watch_ && !report.enabled() && !abort_) {
     if (values) return store_->multi_get(keys, timeout_);
     store_->wait(keys, timeout_);
     return {};
   }
+  constexpr Millis kAbortSlice(50);  // NOTE [group abort]
   for (;;) {
     const auto now = detail::Clock::now();
     auto left = std::chrono::duration_cast<Millis>(deadline - now);
     if (left.count() < 0) left = Millis(0);
     Millis slice = report.slice(now, watch_ ? kSlice : left);
+    if (abort_ && slice > kAbortSlice) slice = kAbortSlice;
     const bool last = left <= slice;
     if (last) slice = left;
     try {
@@ -108,6 +111,7 @@ std::vector<Bytes> StoreExchange::await(const std::vector<std::string>& keys,
         detail::throw_store_timeout(op, missing.empty() ? keys : missing, timeout_);
       }
     }
+    detail::check_not_aborted(abort_.get(), op, rank_);
     if (report.due(detail::Clock::now())) {
       std::vector<int> missing;
       for (size_t i = 0; i < keys.size(); ++i) {

@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/abort.hpp"
 #include "core/log.hpp"
 #include "symmem/export.hpp"
 #include "symmem/store.hpp"
@@ -63,6 +64,10 @@ class SYMMEM_API StoreExchange {
     subsys_ = subsys;
   }
 
+  // Makes the calls after it fail with ErrorCode::Aborted within ~50 ms once `state` (or an
+  // ancestor) is aborted (NOTE [group abort] in core/abort.hpp).
+  void set_abort(std::shared_ptr<detail::AbortState> state) { abort_ = std::move(state); }
+
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   const std::string& prefix() const { return prefix_; }
@@ -87,6 +92,7 @@ class SYMMEM_API StoreExchange {
   bool watch_ = false;     // the store watches our connection (disconnect keys registered)
   std::string dead_flag_;  // "<prefix>/dead": set when any rank's connection ends
   std::string dead_mine_;  // "<prefix>/dead/<rank>"
+  std::shared_ptr<detail::AbortState> abort_;  // set_abort(); null: none
 };
 
 }  // namespace symmem

@@ -89,28 +89,34 @@ void derive_local(Group::Impl& g) {
   }
 }
 
-// The record each rank contributes at creation.
+// The record each rank contributes at creation (and to shrink()/grow()).
 struct JoinRecord {
   int world_size = 0;
   int claimed_local_rank = -1;
   int claimed_local_world_size = -1;
+  int global_rank = -1;  // grow(): the joiner's launcher rank (-1: none); else unused
+  detail::ProcessIdent proc;
   std::string host_id;
 };
 
 Bytes encode(const JoinRecord& r) {
-  std::string s = "symmem-join-v1\n" + std::to_string(r.world_size) + "\n" +
+  std::string s = "symmem-join-v2\n" + std::to_string(r.world_size) + "\n" +
                   std::to_string(r.claimed_local_rank) + "\n" +
-                  std::to_string(r.claimed_local_world_size) + "\n" + r.host_id;
+                  std::to_string(r.claimed_local_world_size) + "\n" +
+                  std::to_string(r.global_rank) + "\n" + std::to_string(r.proc.pid) + "\n" +
+                  r.proc.machine + "\n" + r.proc.started + "\n" + r.host_id;
   return to_bytes(s);
 }
 
 JoinRecord decode(const Bytes& b, int from, int rank) {
   std::string s = to_string(b);
   std::istringstream in(s);
-  std::string magic, w, lr, lw;
+  std::string magic, w, lr, lw, gr, pid;
   JoinRecord r;
-  if (!std::getline(in, magic) || magic != "symmem-join-v1" || !std::getline(in, w) ||
-      !std::getline(in, lr) || !std::getline(in, lw)) {
+  if (!std::getline(in, magic) || magic != "symmem-join-v2" || !std::getline(in, w) ||
+      !std::getline(in, lr) || !std::getline(in, lw) || !std::getline(in, gr) ||
+      !std::getline(in, pid) || !std::getline(in, r.proc.machine) ||
+      !std::getline(in, r.proc.started)) {
     throw_error(ErrorCode::Internal, "Group::create", rank,
                 "rank " + std::to_string(from) +
                     " sent a malformed join record (another program using the same store "
@@ -120,6 +126,8 @@ JoinRecord decode(const Bytes& b, int from, int rank) {
     r.world_size = std::stoi(w);
     r.claimed_local_rank = std::stoi(lr);
     r.claimed_local_world_size = std::stoi(lw);
+    r.global_rank = std::stoi(gr);
+    r.proc.pid = std::stol(pid);
   } catch (const std::exception&) {
     throw_error(ErrorCode::Internal, "Group::create", rank,
                 "rank " + std::to_string(from) + " sent a malformed join record");
@@ -134,7 +142,7 @@ JoinRecord decode(const Bytes& b, int from, int rank) {
   std::string msg = op + ": group " + g.name + ": " + e.what();
   ErrorCode code = e.code();
   if ((code == ErrorCode::Timeout || code == ErrorCode::PeerFailure) && g.store) {
-    std::string reason = detail::job_abort_reason(*g.store);
+    std::string reason = detail::effective_abort_reason(*g.store);
     ErrorCode abort_code = ErrorCode::PeerFailure;
     std::string text = reason.empty() ? "" : detail::job_abort_text(reason, &abort_code);
     if (!text.empty() && msg.find(text) == std::string::npos) {
@@ -279,15 +287,34 @@ std::optional<ClaimId> decode_claim(const Bytes& b) {
   return c;
 }
 
-// True only when `c` is provably gone: it ran on this machine (same host name, boot and pid
-// namespace) and its pid is absent or now names a process started at another time.
+// NOTE [failed ranks]
+// Each rank's join record names its process (machine = host name, boot id and pid namespace;
+// pid; start time). A process is provably gone when it ran on this machine and its pid is absent
+// or now names a process started at another time. Group::failed_ranks() uses that for the ranks
+// of this machine and the launcher's list (kJobFailedKey) for the others; PeerFailure errors of
+// the host backend come from pidfds of the same processes.
+bool process_gone(const detail::ProcessIdent& p, const std::string& my_machine) {
+  if (p.machine != my_machine || p.pid <= 0) return false;
+  if (process_start_time(p.pid) != p.started) return true;
+  // Still there, but maybe a zombie (dead, not yet reaped by its parent): state Z or X.
+  std::string stat = read_line("/proc/" + std::to_string(p.pid) + "/stat");
+  size_t close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return true;
+  const char state = stat[close + 2];
+  return state == 'Z' || state == 'X';
+}
+
+detail::ProcessIdent this_process_ident() {
+  ClaimId c = this_process();
+  return {c.machine, static_cast<long>(getpid()), c.started};
+}
+
+// True only when claimant `c` is provably gone (NOTE [failed ranks]).
 bool claimant_gone(const ClaimId& c, const ClaimId& me) {
-  if (c.machine != me.machine) return false;
   size_t colon = c.who.rfind(':');
   if (colon == std::string::npos) return false;
   long pid = std::strtol(c.who.c_str() + colon + 1, nullptr, 10);
-  if (pid <= 0) return false;
-  return process_start_time(pid) != c.started;
+  return process_gone({c.machine, pid, c.started}, me.machine);
 }
 
 // Claims held by this process, per store object and key: the last root group releases.
@@ -371,6 +398,30 @@ void release_claim(Store& store, const std::string& key, const Bytes& value) noe
   } catch (...) {
     // The store is gone or going; a TcpStore's disconnect key empties the claim anyway.
   }
+}
+
+// The last steps of split(), shrink() and grow() on a new group `g` made from `p`: the group's
+// store barrier (every member must arrive: mismatched calls fail here, clearly), its flight
+// recorder and a log line. `call` names the call in errors; `what` the barrier in wait reports.
+void finish_derived(Group::Impl& g, const Group::Impl& p, const std::string& call,
+                    const std::string& what) {
+  g.abort->group_name = g.name;
+  derive_local(g);
+  g.barrier_x =
+      std::make_unique<StoreExchange>(g.store, g.name + "/b", g.rank, g.world_size, g.timeout);
+  g.barrier_x->set_abort(g.abort);
+  g.barrier_x->set_what("group " + g.name + ": " + what, detail::Subsys::INIT);
+  try {
+    g.barrier_x->barrier();
+  } catch (const Error& e) {
+    rethrow_with(e, call, g);
+  }
+  g.barrier_x->set_what("group " + g.name + ": store_barrier", detail::Subsys::INIT);
+  g.recorder = detail::make_flight_recorder(
+      {g.name, g.rank, g.world_size, g.global_ranks,
+       p.recorder ? p.recorder->info().root_world_size : p.world_size});
+  SYMMEM_LOG(INFO, INIT) << "group " << g.name << ": rank " << g.rank << " of " << g.world_size
+                         << " (global rank " << g.global_ranks[g.rank] << "), " << what;
 }
 
 }  // namespace
@@ -469,6 +520,7 @@ std::shared_ptr<Group::Impl> make_root_group(std::shared_ptr<Store> store, int r
   mine.claimed_local_rank = options.local_rank;
   mine.claimed_local_world_size = options.local_world_size;
   mine.host_id = host_identity(options.host_id);
+  mine.proc = this_process_ident();
 
   std::vector<JoinRecord> all;
   {
@@ -515,6 +567,8 @@ std::shared_ptr<Group::Impl> make_root_group(std::shared_ptr<Store> store, int r
   }
   g->host_ids.resize(world_size);
   for (int r = 0; r < world_size; ++r) g->host_ids[r] = all[r].host_id;
+  for (int r = 0; r < world_size; ++r) g->procs.push_back(all[r].proc);
+  g->abort->group_name = g->name;
   derive_local(*g);
 
   std::vector<std::string> contradictions;
@@ -553,6 +607,7 @@ std::shared_ptr<Group::Impl> make_root_group(std::shared_ptr<Store> store, int r
   g->checkout_on_exit = checkout_on_exit;
   g->barrier_x =
       std::make_unique<StoreExchange>(store, g->name + "/b", rank, world_size, g->timeout);
+  g->barrier_x->set_abort(g->abort);
   g->barrier_x->set_what("group " + g->name + ": store_barrier", detail::Subsys::INIT);
   int hosts = 0;
   for (int r = 0; r < world_size; ++r) {
@@ -675,22 +730,11 @@ Group Group::split(const std::vector<int>& ranks) const {
   for (int r : sorted) {
     g->host_ids.push_back(p->host_ids[r]);
     g->global_ranks.push_back(p->global_ranks[r]);
+    g->procs.push_back(p->procs[r]);
   }
-  derive_local(*g);
-  g->barrier_x =
-      std::make_unique<StoreExchange>(g->store, g->name + "/b", g->rank, g->world_size, g->timeout);
-  g->barrier_x->set_what("group " + g->name + ": split() of " + p->name, detail::Subsys::INIT);
-  try {
-    g->barrier_x->barrier();  // every member must arrive: a mismatched list fails here, clearly
-  } catch (const Error& e) {
-    rethrow_with(e, std::string(op) + "(ranks=" + list_for_message(sorted) + ") of " + p->name, *g);
-  }
-  g->barrier_x->set_what("group " + g->name + ": store_barrier", detail::Subsys::INIT);
-  g->recorder = detail::make_flight_recorder(
-      {g->name, g->rank, g->world_size, g->global_ranks,
-       p->recorder ? p->recorder->info().root_world_size : p->world_size});
-  SYMMEM_LOG(INFO, INIT) << "group " << g->name << ": rank " << g->rank << " of " << g->world_size
-                         << " (global rank " << g->global_ranks[g->rank] << ")";
+  g->abort->parent = p->abort;  // aborting the parent aborts this group (NOTE [group abort])
+  finish_derived(*g, *p, std::string(op) + "(ranks=" + list_for_message(sorted) + ") of " + p->name,
+                 "split() of " + p->name);
   return Group(g);
 }
 
@@ -704,4 +748,355 @@ void Group::store_barrier() const {
   }
 }
 
+}  // namespace symmem
+
+// ---- abort, shrink, grow (NOTE [group abort] in core/abort.hpp) ------------------------------
+namespace symmem {
+
+namespace detail {
+
+void throw_aborted(const AbortState& s, std::string_view op, int rank) {
+  throw_error(ErrorCode::Aborted, op, rank, s.reason);
+}
+
+std::shared_ptr<AbortState> abort_state(const Group& group) noexcept {
+  return group.valid() ? group.impl()->abort : nullptr;
+}
+
+bool set_aborted(AbortState& s, const std::string& reason) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.set.load(std::memory_order_relaxed)) return false;
+    s.reason = reason;
+    s.set.store(true, std::memory_order_release);
+    return true;
+  } catch (...) {
+    s.set.store(true, std::memory_order_release);  // the reason stays empty; still aborted
+    return true;
+  }
+}
+
+std::map<int, int> job_failed_counts(Store& store) noexcept {
+  std::map<int, int> out;
+  try {
+    if (!store.check({kJobFailedKey})) return out;
+    std::string list = to_string(store.get(kJobFailedKey, Millis(1000)));
+    std::istringstream in(list);
+    std::string item;
+    while (std::getline(in, item, ',')) {
+      if (!item.empty()) ++out[std::stoi(item)];
+    }
+  } catch (...) {
+    // A malformed list or a store that cannot answer: nothing known.
+  }
+  return out;
+}
+
+std::string effective_abort_reason(Store& store) noexcept {
+  if (auto* a = dynamic_cast<AbortAwareStore*>(&store)) return a->abort_reason();
+  return job_abort_reason(store);
+}
+
+}  // namespace detail
+
+namespace {
+
+// The store of a group made from `p` without the ranks `excluded_global` (global ranks): over
+// an AbortAwareStore, a new one over the same store that also tolerates their failures.
+std::shared_ptr<Store> tolerant_store(const Group::Impl& p,
+                                      const std::vector<int>& excluded_global) {
+  auto* a = dynamic_cast<detail::AbortAwareStore*>(p.store.get());
+  if (a == nullptr) return p.store;
+  std::map<int, int> tolerated = a->tolerated();
+  std::map<int, int> reported = detail::job_failed_counts(*a->inner());
+  for (int r : excluded_global) {
+    // Each excluded rank: the failures reported so far, and at least the one that got it
+    // excluded (the launcher may report it later).
+    tolerated[r] = std::max({tolerated[r], reported[r], 1});
+  }
+  return std::make_shared<detail::AbortAwareStore>(a->inner(), a->slice(), a->forwards_disconnect(),
+                                                   tolerated);
+}
+
+// The offer a grow() makes to the joiner holding ticket t: "symmem/grow/offer/<t>".
+struct GrowOffer {
+  std::string name;
+  int world_size = 0;
+  int rank = 0;
+  int64_t timeout_ms = 0;
+  std::map<int, int> tolerated;
+};
+
+std::string grow_offer_key(int64_t ticket) {
+  return "symmem/grow/offer/" + std::to_string(ticket);
+}
+
+Bytes encode(const GrowOffer& o) {
+  std::string s = "symmem-grow-v1\n" + o.name + "\n" + std::to_string(o.world_size) + "\n" +
+                  std::to_string(o.rank) + "\n" + std::to_string(o.timeout_ms) + "\n";
+  for (const auto& [r, n] : o.tolerated) s += std::to_string(r) + ":" + std::to_string(n) + ",";
+  return to_bytes(s);
+}
+
+GrowOffer decode_offer(const Bytes& b) {
+  std::istringstream in(to_string(b));
+  std::string magic, w, r, t, tol;
+  GrowOffer o;
+  if (!std::getline(in, magic) || magic != "symmem-grow-v1" || !std::getline(in, o.name) ||
+      !std::getline(in, w) || !std::getline(in, r) || !std::getline(in, t)) {
+    throw_error(ErrorCode::Internal, "Group::rejoin", -1,
+                "a malformed grow offer in the store (a different symmem version?)");
+  }
+  o.world_size = std::stoi(w);
+  o.rank = std::stoi(r);
+  o.timeout_ms = std::stoll(t);
+  std::getline(in, tol);
+  std::istringstream items(tol);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    size_t colon = item.find(':');
+    if (colon != std::string::npos)
+      o.tolerated[std::stoi(item.substr(0, colon))] = std::stoi(item.substr(colon + 1));
+  }
+  return o;
+}
+
+// The all_gather of join records over a grown group `g` (members and joiners alike); fills
+// host ids, processes and global ranks, then finishes it.
+void complete_grown(Group::Impl& g, const Group::Impl* p, JoinRecord mine, const char* op) {
+  std::vector<JoinRecord> all;
+  {
+    StoreExchange x(g.store, g.name + "/i", g.rank, g.world_size, g.timeout);
+    x.set_abort(g.abort);
+    x.set_what("group " + g.name + ": grow (" + std::to_string(g.world_size) + " ranks)",
+               detail::Subsys::INIT);
+    std::vector<Bytes> raw;
+    try {
+      raw = x.all_gather(encode(mine));
+    } catch (const Error& e) {
+      rethrow_with(e, op, g);
+    }
+    for (int r = 0; r < g.world_size; ++r) all.push_back(decode(raw[r], r, g.rank));
+  }
+  for (int r = 0; r < g.world_size; ++r) {
+    if (all[r].world_size != g.world_size) {
+      throw_error(ErrorCode::InvalidArgument, op, g.rank,
+                  "rank " + std::to_string(r) + " of group " + g.name + " expects " +
+                      std::to_string(all[r].world_size) + " ranks, this rank " +
+                      std::to_string(g.world_size) +
+                      ": every member must call grow() with the same number of joiners");
+    }
+  }
+  g.host_ids.clear();
+  g.procs.clear();
+  g.global_ranks.clear();
+  for (int r = 0; r < g.world_size; ++r) {
+    g.host_ids.push_back(all[r].host_id);
+    g.procs.push_back(all[r].proc);
+    g.global_ranks.push_back(all[r].global_rank);
+  }
+  Group::Impl none;  // a joiner has no parent: its recorder counts the grown group as the root
+  none.world_size = g.world_size;
+  finish_derived(g, p != nullptr ? *p : none, op, "grow");
+}
+
+}  // namespace
+
+void Group::abort(const std::string& reason) const {
+  const auto& g = checked(impl_, "Group::abort");
+  std::string line = "group " + g->name + " was aborted by rank " + std::to_string(g->rank) +
+                     (reason.empty() ? std::string() : ": " + reason);
+  if (detail::set_aborted(*g->abort, line)) {
+    SYMMEM_LOG(WARN, INIT) << line;
+  }
+}
+
+bool Group::aborted() const {
+  return detail::aborted_state(checked(impl_, "Group::aborted")->abort.get()) != nullptr;
+}
+
+std::vector<int> Group::failed_ranks() const {
+  const auto& g = checked(impl_, "Group::failed_ranks");
+  const std::string my_machine = this_process_ident().machine;
+  std::map<int, int> reported;
+  std::map<int, int> tolerated;
+  if (g->store) {
+    if (auto* a = dynamic_cast<detail::AbortAwareStore*>(g->store.get())) {
+      reported = detail::job_failed_counts(*a->inner());
+      tolerated = a->tolerated();
+    } else {
+      reported = detail::job_failed_counts(*g->store);
+    }
+  }
+  std::vector<int> out;
+  for (int r = 0; r < g->world_size; ++r) {
+    if (r == g->rank) continue;
+    const auto& p = g->procs[r];
+    bool gone = false;
+    if (p.machine == my_machine) {
+      gone = process_gone(p, my_machine);
+    } else {
+      auto it = reported.find(g->global_ranks[r]);
+      auto tol = tolerated.find(g->global_ranks[r]);
+      gone = it != reported.end() && it->second > (tol == tolerated.end() ? 0 : tol->second);
+    }
+    if (gone) out.push_back(r);
+  }
+  return out;
+}
+
+Group Group::shrink(const std::vector<int>& excluded) const {
+  const char* op = "Group::shrink";
+  detail::NvtxRange nvtx_range("group_shrink rendezvous");  // NOTE [nvtx ranges]
+  const auto& p = checked(impl_, op);
+  std::vector<int> out = excluded;
+  std::sort(out.begin(), out.end());
+  for (size_t i = 0; i < out.size(); ++i) {
+    SYMMEM_CHECK_ARG(op, p->rank, out[i] >= 0 && out[i] < p->world_size, "excluded",
+                     "contains " << out[i] << ", not a rank of group " << p->name << " (0.."
+                                 << p->world_size - 1 << ")");
+    SYMMEM_CHECK_ARG(op, p->rank, i == 0 || out[i] != out[i - 1], "excluded",
+                     "contains " << out[i] << " twice");
+  }
+  SYMMEM_CHECK_ARG(op, p->rank, !std::binary_search(out.begin(), out.end(), p->rank), "excluded",
+                   "= " << list_for_message(out) << " contains this rank (" << p->rank
+                        << "); only the survivors call shrink()");
+  SYMMEM_CHECK_ARG(op, p->rank, static_cast<int>(out.size()) < p->world_size, "excluded",
+                   "excludes every rank");
+
+  std::string tag = out.empty() ? std::string("none") : join(out);
+  if (tag.size() > 64) {
+    char buf[40];
+    std::snprintf(buf, sizeof(buf), "h%016llx-n%zu", static_cast<unsigned long long>(fnv1a(tag)),
+                  out.size());
+    tag = buf;
+  }
+  int call = 0;
+  {
+    std::lock_guard<std::mutex> lock(p->split_mutex);
+    call = p->shrink_calls[tag]++;
+  }
+  auto g = std::make_shared<Group::Impl>();
+  g->server = p->server;
+  g->timeout = p->timeout;
+  g->name = p->name + "/x" + tag + "#" + std::to_string(call);
+  std::vector<int> excluded_global;
+  for (int r : out) excluded_global.push_back(p->global_ranks[r]);
+  g->store = tolerant_store(*p, excluded_global);
+  g->rank_map.assign(static_cast<size_t>(p->world_size), -1);
+  for (int r = 0; r < p->world_size; ++r) {
+    if (std::binary_search(out.begin(), out.end(), r)) continue;
+    g->rank_map[r] = static_cast<int>(g->global_ranks.size());
+    if (r == p->rank) g->rank = g->rank_map[r];
+    g->host_ids.push_back(p->host_ids[r]);
+    g->global_ranks.push_back(p->global_ranks[r]);
+    g->procs.push_back(p->procs[r]);
+  }
+  g->world_size = static_cast<int>(g->global_ranks.size());
+  // The old group ends here, for every thread of this process (NOTE [group abort]).
+  detail::set_aborted(*p->abort, "group " + p->name + " was shrunk into " + g->name +
+                                     " (without ranks " + list_for_message(out) +
+                                     "); use the new group and allocate on it");
+  finish_derived(*g, *p, std::string(op) + "(excluded=" + list_for_message(out) + ") of " + p->name,
+                 "shrink() of " + p->name);
+  return Group(g);
+}
+
+Group Group::grow(int joiners) const {
+  const char* op = "Group::grow";
+  detail::NvtxRange nvtx_range("group_grow rendezvous");  // NOTE [nvtx ranges]
+  const auto& p = checked(impl_, op);
+  detail::check_not_aborted(p->abort.get(), op, p->rank);
+  SYMMEM_CHECK_ARG(op, p->rank, joiners >= 1 && joiners <= (1 << 20), "joiners",
+                   "is " << joiners << ", not in 1..1048576");
+  int call = 0;
+  {
+    std::lock_guard<std::mutex> lock(p->split_mutex);
+    call = p->grow_calls++;
+  }
+  auto g = std::make_shared<Group::Impl>();
+  g->server = p->server;
+  g->timeout = p->timeout;
+  g->store = p->store;
+  g->name = p->name + "/g" + std::to_string(call);
+  g->rank = p->rank;
+  g->world_size = p->world_size + joiners;
+  g->rank_map.resize(static_cast<size_t>(p->world_size));
+  for (int r = 0; r < p->world_size; ++r) g->rank_map[r] = r;
+  if (p->rank == 0) {
+    // Serve the next `joiners` tickets of Group::rejoin() (NOTE [grow tickets]).
+    const int64_t base = p->store->add("symmem/grow/served", joiners) - joiners;
+    GrowOffer offer;
+    offer.name = g->name;
+    offer.world_size = g->world_size;
+    offer.timeout_ms = g->timeout.count();
+    if (auto* a = dynamic_cast<detail::AbortAwareStore*>(p->store.get()))
+      offer.tolerated = a->tolerated();
+    for (int k = 0; k < joiners; ++k) {
+      offer.rank = p->world_size + k;
+      p->store->set(grow_offer_key(base + k + 1), encode(offer));
+    }
+  }
+  JoinRecord mine;
+  mine.world_size = g->world_size;
+  mine.global_rank = p->global_ranks[p->rank];
+  mine.proc = p->procs[p->rank];
+  mine.host_id = p->host_ids[p->rank];
+  complete_grown(*g, p.get(), mine, op);
+  return Group(g);
+}
+
+bool Group::restarted() {
+  return env::restart_count() > 0;
+}
+
+const std::vector<int>& Group::rank_map() const {
+  return checked(impl_, "Group::rank_map")->rank_map;
+}
+
+namespace detail {
+
+// NOTE [grow tickets]
+// A joiner takes a ticket (store add on "symmem/grow/tickets", 1, 2, ...) and waits for its
+// offer at "symmem/grow/offer/<ticket>". Rank 0 of a grow(n) serves the next n tickets (add n
+// on "symmem/grow/served") by writing their offers: the new group's name, size and the joiner's
+// rank in it. Tickets are served in the order they were taken, whether the joiners came before
+// or after the grow().
+Group join_grown_group(std::shared_ptr<Store> store, int launcher_rank,
+                       const GroupOptions& options) {
+  const char* op = "Group::rejoin";
+  Millis timeout = resolve_timeout(options.timeout);
+  // The survivors' failures are behind this process: wait on the raw store (an abort key is
+  // set), then wrap it as the offer says.
+  std::shared_ptr<Store> raw = store;
+  if (auto* a = dynamic_cast<AbortAwareStore*>(store.get())) raw = a->inner();
+  const int64_t ticket = raw->add("symmem/grow/tickets", 1);
+  SYMMEM_LOG(INFO, INIT) << "rejoin: rank " << launcher_rank << " waits for a grow() (ticket "
+                         << ticket << ")";
+  Bytes b;
+  try {
+    b = raw->get(grow_offer_key(ticket), timeout);
+  } catch (const Error& e) {
+    throw Error(e.code(), std::string(op) + ": rank " + std::to_string(launcher_rank) +
+                              ": no group grew to take this process within " +
+                              std::to_string(timeout.count()) + " ms (ticket " +
+                              std::to_string(ticket) + "; the survivors call grow()): " + e.what());
+  }
+  GrowOffer offer = decode_offer(b);
+  auto g = std::make_shared<Group::Impl>();
+  g->store = std::make_shared<AbortAwareStore>(raw, Millis(200), false, offer.tolerated);
+  g->timeout = Millis(offer.timeout_ms);
+  g->name = offer.name;
+  g->rank = offer.rank;
+  g->world_size = offer.world_size;
+  JoinRecord mine;
+  mine.world_size = g->world_size;
+  mine.global_rank = launcher_rank;
+  mine.proc = this_process_ident();
+  mine.host_id = host_identity(options.host_id);
+  complete_grown(*g, nullptr, mine, op);
+  return Group(g);
+}
+
+}  // namespace detail
 }  // namespace symmem

@@ -387,4 +387,26 @@ Group Group::from_env(const GroupOptions& options) {
   return Group(std::move(impl));
 }
 
+Group Group::rejoin(const GroupOptions& options) {
+  const char* op = "Group::rejoin";
+  env::validate_all();
+  detail::LaunchSettings s = detail::resolve_launch(options);
+  detail::log_set_rank(s.rank);
+  Millis timeout = detail::resolve_timeout(options.timeout);
+  std::string token = options.token.empty() ? env::store_token() : options.token;
+  std::shared_ptr<Store> store = options.store;
+  if (!store && !s.store_url.empty()) {
+    store = Store::connect(s.store_url, token, timeout);
+  } else if (!store && !s.master_addr.empty()) {
+    // Never hosts: the store is the running job's (hosted by its rank 0).
+    store = Store::connect(tcp_url(s.master_addr, s.store_port), token, timeout);
+  } else if (!store) {
+    throw_error(ErrorCode::InvalidArgument, op, s.rank,
+                "no job store to rejoin through: set SYMMEM_STORE (symmem-run does), "
+                "MASTER_ADDR/MASTER_PORT, or options.store");
+  }
+  if (store != options.store) store = std::make_shared<detail::AbortAwareStore>(std::move(store));
+  return detail::join_grown_group(std::move(store), s.rank, options);
+}
+
 }  // namespace symmem

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/abort.hpp"
 #include "core/exchange.hpp"
 #include "core/trace.hpp"
 #include "symmem/error.hpp"
@@ -16,6 +17,15 @@
 #include "symmem/store.hpp"
 
 namespace symmem {
+namespace detail {
+// A process of this or another machine, as a rank's join record names it (NOTE [failed ranks]
+// in group.cpp).
+struct ProcessIdent {
+  std::string machine;  // hostname/boot id/pid namespace: where `pid` names that process
+  long pid = 0;
+  std::string started;  // start time of the process (field 22 of /proc/<pid>/stat)
+};
+}  // namespace detail
 
 struct Group::Impl {
   // Declared first so it is destroyed last: the store client below may be connected to it.
@@ -40,11 +50,22 @@ struct Group::Impl {
 
   std::mutex barrier_mutex;                  // serialises store_barrier() calls
   std::unique_ptr<StoreExchange> barrier_x;  // split() rendezvous + store_barrier(); "<name>/b"
-  std::mutex split_mutex;                    // guards split_calls
+  std::mutex split_mutex;                    // guards split_calls, shrink_calls, grow_calls
   std::map<std::string, int> split_calls;    // per member list: how often split() ran
+  std::map<std::string, int> shrink_calls;   // per excluded list: how often shrink() ran
+  int grow_calls = 0;
+  // NOTE [group abort] (core/abort.hpp); a split() group's links to its parent's.
+  std::shared_ptr<detail::AbortState> abort = std::make_shared<detail::AbortState>();
+  std::vector<detail::ProcessIdent> procs;  // per group rank (NOTE [failed ranks] in group.cpp)
+  // A group made by shrink() or grow(): per rank of the group it came from, its rank here (-1:
+  // excluded). Empty otherwise.
+  std::vector<int> rank_map;
   // The device of the group's most recent user allocation (workspaces excluded), the device of
   // ops and barriers given none (ops.hpp): -2 none yet, -1 the CPU, k >= 0 cuda:k.
   std::atomic<int> last_alloc_device{-2};
+  // Collectives issued on this group by this rank: the op sequence number of the next one
+  // (ops.cpp; every rank counts alike, so a rank in another op shows as out of step).
+  std::atomic<uint64_t> op_seq{0};
   // The group's flight recorder (NOTE [flight recorder] in core/trace.hpp); null when off.
   std::unique_ptr<detail::FlightRecorder> recorder;
 
@@ -62,11 +83,23 @@ namespace detail {
 // prefix (the job was started wrongly), else with PeerFailure; errors from Group operations
 // include the line.
 inline constexpr const char* kJobAbortKey = "symmem/abort";
+// Every rank failure a launcher saw, in order: a comma-separated list of ranks ("2,0"; a rank
+// restarted and failed again appears again). symmem-run writes it beside kJobAbortKey. A group
+// made by shrink() tolerates the failures of the ranks it excluded (AbortAwareStore).
+inline constexpr const char* kJobFailedKey = "symmem/failed";
 inline constexpr const char* kJobAbortInvalidPrefix = "invalid job: ";
 
 // The reason stored at kJobAbortKey, or "" when the key is absent or the store cannot answer.
 // Never blocks beyond one store round trip; never throws.
 SYMMEM_API std::string job_abort_reason(Store& store) noexcept;
+
+// Per rank, how many failures the launcher reported at kJobFailedKey (empty when none or when the
+// store cannot answer). Never throws.
+SYMMEM_API std::map<int, int> job_failed_counts(Store& store) noexcept;
+
+// job_abort_reason(), or "" when `store` is an AbortAwareStore that tolerates every failure
+// reported so far (a group made by shrink()). Never throws.
+SYMMEM_API std::string effective_abort_reason(Store& store) noexcept;
 
 // What an error should say about a non-empty abort `reason`, and its code: "the launcher
 // reports: <reason>" (PeerFailure), or the reason without kJobAbortInvalidPrefix
@@ -90,6 +123,11 @@ std::shared_ptr<Group::Impl> make_root_group(std::shared_ptr<Store> store, int r
                                              std::shared_ptr<TcpStoreServer> server,
                                              bool checkout_on_exit,
                                              const std::string& launcher = "");
+
+// Group::rejoin() over the job's `store` (NOTE [grow tickets] in group.cpp); `launcher_rank`
+// becomes the new member's global rank.
+Group join_grown_group(std::shared_ptr<Store> store, int launcher_rank,
+                       const GroupOptions& options);
 
 }  // namespace detail
 }  // namespace symmem

@@ -197,6 +197,14 @@ const detail::Allocation& usable(const std::shared_ptr<SymmetricMemory::Impl>& i
   return a;
 }
 
+// usable(), and the allocation's group not aborted (NOTE [group abort]): for what runs on it.
+const detail::Allocation& live(const std::shared_ptr<SymmetricMemory::Impl>& impl,
+                               std::string_view op, std::string_view arg = "buffer") {
+  const auto& a = usable(impl, op, arg);
+  if (a.group.valid()) detail::check_not_aborted(a.group.impl()->abort.get(), op, a.rank);
+  return a;
+}
+
 const detail::Allocation& meta(const std::shared_ptr<SymmetricMemory::Impl>& impl,
                                std::string_view op) {
   if (!impl) throw_invalid_argument(op, -1, "buffer", "is an empty SymmetricMemory handle");
@@ -444,6 +452,7 @@ SymmetricMemory allocate_impl(const Group& group, size_t bytes, Device device,
   const char* op = kAllocOp;
   if (!group.valid()) throw_invalid_argument(op, -1, "group", "is not a valid Group");
   const int rank = group.rank();
+  detail::check_not_aborted(group.impl()->abort.get(), op, rank);
   auto state = group_state(group);
   std::lock_guard<std::mutex> alloc_lock(state->alloc_mu);
   const uint64_t seq = state->next_alloc++;
@@ -591,27 +600,27 @@ int SymmetricMemory::global_rank(int rank) const {
 }
 
 void SymmetricMemory::barrier(int channel, Millis timeout, Stream stream) const {
-  const auto& a = usable(impl_, "barrier");
+  const auto& a = live(impl_, "barrier");
   check_channel(a, "barrier", channel);
   a.mem->barrier(channel, detail::resolve_timeout(timeout, a.timeout), stream);
 }
 
 void SymmetricMemory::put_signal(int dst, int channel, Millis timeout, Stream stream) const {
-  const auto& a = usable(impl_, "put_signal");
+  const auto& a = live(impl_, "put_signal");
   check_peer(a, "put_signal", "dst", dst);
   check_channel(a, "put_signal", channel);
   a.mem->put_signal(dst, channel, detail::resolve_timeout(timeout, a.timeout), stream);
 }
 
 void SymmetricMemory::wait_signal(int src, int channel, Millis timeout, Stream stream) const {
-  const auto& a = usable(impl_, "wait_signal");
+  const auto& a = live(impl_, "wait_signal");
   check_peer(a, "wait_signal", "src", src);
   check_channel(a, "wait_signal", channel);
   a.mem->wait_signal(src, channel, detail::resolve_timeout(timeout, a.timeout), stream);
 }
 
 DeviceHandle SymmetricMemory::device_handle() const {
-  const auto& a = usable(impl_, "SymmetricMemory::device_handle");
+  const auto& a = live(impl_, "SymmetricMemory::device_handle");
   DeviceHandle h = a.mem->device_handle(impl_->offset, impl_->length);
   h.rank = a.rank;
   h.world_size = a.world_size;
@@ -746,7 +755,7 @@ std::shared_ptr<Backend> backend_of(const SymmetricMemory& buf) {
 }
 
 void check_usable(const SymmetricMemory& buf, std::string_view op, std::string_view arg) {
-  usable(buf.impl(), op, arg);
+  live(buf.impl(), op, arg);
 }
 
 std::string describe(const SymmetricMemory& buf) {
@@ -768,6 +777,7 @@ StoreExchange& group_exchange(const Group& group, const std::string& purpose) {
   if (!x) {
     x = std::make_unique<StoreExchange>(group.store(), group.name() + "/" + purpose, group.rank(),
                                         group.world_size(), group.timeout());
+    x->set_abort(group.impl()->abort);  // NOTE [group abort]
   }
   return *x;
 }

@@ -134,10 +134,7 @@ size_t checked_bytes(const char* op, int rank, const char* arg, size_t count, si
 
 // ---- per-group op sequence ------------------------------------------------------------------
 uint64_t next_seq(const Group& group) {
-  static std::mutex mu;
-  static std::unordered_map<std::string, uint64_t> seqs;
-  std::lock_guard<std::mutex> lock(mu);
-  return seqs[group.name()]++;
+  return group.impl()->op_seq.fetch_add(1, std::memory_order_relaxed);
 }
 
 // ---- descriptor -------------------------------------------------------------------------------
@@ -618,6 +615,7 @@ template <class Check>
 void run_collective(Call& c, const OpOptions& o, Check&& check) {
   if (!c.group || !c.group->valid())
     throw_invalid_argument(c.op, -1, "group", "is not a valid group (default-constructed?)");
+  detail::check_not_aborted(c.group->impl()->abort.get(), c.op, c.group->rank());
   detail::TraceScope trace(c.group->impl()->recorder.get());
   if (trace.active()) trace.begin(trace_op(c));
   try {
@@ -928,6 +926,7 @@ void barrier(const Group& group, const OpOptions& options) {
   c.group = &group;
   if (!group.valid()) throw_invalid_argument("barrier", -1, "group", "is not a valid group");
   c.rank = group.rank();
+  detail::check_not_aborted(group.impl()->abort.get(), c.op, c.rank);
   c.world = group.world_size();
   detail::TraceScope trace(group.impl()->recorder.get());
   if (trace.active()) trace.begin(trace_op(c));

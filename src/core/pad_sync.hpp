@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "core/abort.hpp"
 #include "core/trace.hpp"
 #include "core/wait_report.hpp"
 #include "symmem/backend.hpp"
@@ -89,6 +90,7 @@ class PadSync {
     pads_.resize(world_);
     for (int p = 0; p < world_; ++p) pads_[p] = ws.signal_pad(p);
     deadline_ = SyncClock::now() + timeout_;
+    abort_ = abort_state(ws.group());  // NOTE [group abort]
     static const int cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
     oversubscribed_ = world_ > cpus;
   }
@@ -153,6 +155,10 @@ class PadSync {
     while (true) {
       sleeping.store(1, std::memory_order_seq_cst);
       if (s.load(std::memory_order_seq_cst) != 0) break;
+      if (const AbortState* a = aborted_state(abort_.get())) {
+        sleeping.store(0, std::memory_order_seq_cst);
+        throw_aborted(*a, op_, rank_);
+      }
       auto now = SyncClock::now();
       if (report.due(now)) report_missing(report, src);
       if (now >= deadline_) {
@@ -215,6 +221,7 @@ class PadSync {
   static void consume(std::atomic_ref<uint32_t>& s) { s.fetch_sub(1, std::memory_order_acq_rel); }
 
   SymmetricMemory ws_;
+  std::shared_ptr<AbortState> abort_;
   const char* op_;
   int rank_;
   int world_;

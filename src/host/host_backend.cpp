@@ -23,6 +23,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "core/abort.hpp"
 #include "core/check.hpp"
 #include "core/ipc_channel.hpp"
 #include "core/log.hpp"
@@ -253,6 +254,7 @@ class HostMemory final : public BackendMemory {
   std::vector<void*>& maps() { return maps_; }
   void set_watch(int peer, std::shared_ptr<PidWatch> w) { watch_[peer] = std::move(w); }
   void set_crowded(bool crowded) { spin_ = crowded ? kSpinCrowded : kSpinAlone; }
+  void set_abort(std::shared_ptr<detail::AbortState> a) { abort_ = std::move(a); }
 
  private:
   struct Pending {
@@ -342,6 +344,7 @@ class HostMemory final : public BackendMemory {
       }
       me.sleepers.fetch_sub(1, std::memory_order_seq_cst);
       if (done || progress()) return;
+      detail::check_not_aborted(abort_.get(), op, rank_);  // NOTE [group abort]
       now = Clock::now();
       if (now >= deadline) {
         std::vector<Pending> p;
@@ -371,6 +374,7 @@ class HostMemory final : public BackendMemory {
   int rank_;
   int world_;
   std::vector<int> global_;
+  std::shared_ptr<detail::AbortState> abort_;  // of the allocation's group
   std::string label_;
   size_t bytes_;
   size_t pad_bytes_;
@@ -445,6 +449,7 @@ std::shared_ptr<BackendMemory> HostBackend::allocate(const Group& group,
   auto mem =
       std::make_shared<HostMemory>(rank, world, global, label, info.bytes, info.signal_pad_bytes,
                                    pad_off, ctrl_off, map_bytes, /*crowded=*/false);
+  mem->set_abort(detail::abort_state(group));
 
   // This rank's memfd: sized, backed, sealed, mapped.
   std::string fd_name =

@@ -171,7 +171,10 @@ std::optional<std::string> find_program(const std::string& name, std::string* wh
 
 class Job {
  public:
-  explicit Job(const LaunchConfig& c) : config_(c), ranks_(static_cast<size_t>(c.nranks)) {}
+  explicit Job(const LaunchConfig& c)
+      : config_(c),
+        ranks_(static_cast<size_t>(c.nranks)),
+        restart_count_(static_cast<size_t>(c.nranks), 0) {}
 
   int run() {
     std::string why;
@@ -229,6 +232,8 @@ class Job {
          {"WORLD_SIZE", "SYMMEM_WORLD_SIZE", "LOCAL_WORLD_SIZE", "SYMMEM_LOCAL_WORLD_SIZE"}) {
       vars[k] = n;
     }
+    if (restart_count_[static_cast<size_t>(r)] > 0)
+      vars["SYMMEM_RESTART_COUNT"] = std::to_string(restart_count_[static_cast<size_t>(r)]);
     std::vector<std::string> out;
     for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
       std::string kv(*e);
@@ -386,10 +391,33 @@ class Job {
       if (!stop_at_) stop_at_ = after(config_.skip_grace_s);
       return;
     }
+    const std::string line = "rank " + std::to_string(i) + " " + r.how();
+    if (config_.on_failure) config_.on_failure(i, line);
+    if (config_.keep_going || config_.restarts > 0) {
+      // NOTE [keep going]: the others carry on (they see PeerFailure and may shrink their
+      // group); with restarts left, the rank starts again (it may rejoin through grow()).
+      ++failures_;
+      if (first_failure_ < 0) first_failure_ = i;
+      if (restarts_used_ < config_.restarts) {
+        ++restarts_used_;
+        const int k = ++restart_count_[static_cast<size_t>(i)];
+        say(line + "; starting it again (restart " + std::to_string(restarts_used_) + " of " +
+            std::to_string(config_.restarts) + ", SYMMEM_RESTART_COUNT=" + std::to_string(k) + ")");
+        Rank& old = ranks_[static_cast<size_t>(i)];
+        kill(-old.pid, SIGKILL);  // what the dead process left in its process group
+        for (Relay* rel : {&old.out, &old.err}) {
+          for (int k = 0; k < 64 && rel->fd >= 0 && rel->pump(); ++k) {
+          }
+          rel->close_fd();  // relays the rest of its output first
+        }
+        if (!spawn(i)) say("cannot start rank " + std::to_string(i) + " again");
+      } else {
+        say(line + "; the other ranks carry on (--keep-going)");
+      }
+      return;
+    }
     if (first_failure_ < 0) {
       first_failure_ = i;
-      if (config_.on_first_failure)
-        config_.on_first_failure("rank " + std::to_string(i) + " " + r.how());
       auto at = after(config_.fail_grace_s);
       if (!stop_at_ || at < *stop_at_) stop_at_ = at;
     }
@@ -524,6 +552,20 @@ class Job {
 
   int summarise() {
     bool all_ok = std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.ok(); });
+    if (!all_ok && (config_.keep_going || config_.restarts > 0) && interrupted_by_ == 0 &&
+        !timed_out_) {
+      // NOTE [keep going]: ranks killed by a signal were expected; an error exit was not.
+      bool any_ok = false, any_error = false;
+      for (const auto& r : ranks_) {
+        any_ok = any_ok || r.ok();
+        any_error = any_error || (!r.ok() && !WIFSIGNALED(r.status));
+      }
+      if (any_ok && !any_error) {
+        say(std::to_string(failures_) + " rank failure(s) tolerated (--keep-going); " +
+            "the other ranks exited 0");
+        return 0;
+      }
+    }
     if (all_ok && interrupted_by_ == 0 && !timed_out_) return 0;
     bool all_skip = std::all_of(ranks_.begin(), ranks_.end(),
                                 [](const Rank& r) { return r.exited_with(kExitSkip); });
@@ -552,6 +594,9 @@ class Job {
 
   const LaunchConfig& config_;
   std::vector<Rank> ranks_;
+  std::vector<int> restart_count_;  // per rank: SYMMEM_RESTART_COUNT of its current process
+  int restarts_used_ = 0;
+  int failures_ = 0;
   std::string program_;
   int devnull_ = -1;
   Clock::time_point start_;

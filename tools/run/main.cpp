@@ -30,7 +30,8 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: symmem-run -n N [--bind-to core|numa|none] [--report-bindings] [--timeout SEC]\n"
-    "                  [--fail-grace SEC] [--kill-grace SEC] [--] PROGRAM [ARGS...]\n"
+    "                  [--fail-grace SEC] [--kill-grace SEC] [--keep-going]\n"
+    "                  [--restart-failed N] [--] PROGRAM [ARGS...]\n"
     "\n"
     "Starts N ranks of PROGRAM on this host, hosts their rendezvous store, and relays their\n"
     "output with a \"[rank] \" prefix. Each rank gets RANK, WORLD_SIZE, LOCAL_RANK,\n"
@@ -54,10 +55,18 @@ constexpr const char* kUsage =
     "  --fail-grace SEC    after a rank fails, give the others SEC seconds to end on their own\n"
     "                      (to see their errors) before stopping them; default 0\n"
     "  --kill-grace SEC    SIGTERM -> SIGKILL delay when stopping ranks; default 3\n"
+    "  --keep-going        a failed rank does not stop the others: they see PeerFailure and\n"
+    "                      can go on without it (Group::shrink). Exit status 0 when no rank\n"
+    "                      exited with a non-zero code and one exited 0 (ranks killed by a\n"
+    "                      signal are tolerated)\n"
+    "  --restart-failed N  as --keep-going, and start a failed rank again, N times in all; the\n"
+    "                      new process has SYMMEM_RESTART_COUNT=k and joins the survivors with\n"
+    "                      Group::rejoin() when they call grow()\n"
     "  -h, --help          this text\n"
     "\n"
-    "If a rank exits non-zero or dies by a signal, the others get SIGTERM (then SIGKILL) and\n"
-    "symmem-run prints one line per failed rank on stderr. SIGINT/SIGTERM are forwarded to the\n"
+    "If a rank exits non-zero or dies by a signal, the others get SIGTERM (then SIGKILL),\n"
+    "unless --keep-going or --restart-failed is given; symmem-run prints one line per failed\n"
+    "rank on stderr. SIGINT/SIGTERM are forwarded to the\n"
     "ranks. Exit status: 0 when every rank exited 0; 77 when every rank exited 77 (skipped);\n"
     "124 after --timeout; 127 when PROGRAM cannot be executed; 128+N when symmem-run got\n"
     "signal N; 1 otherwise.\n";
@@ -188,6 +197,16 @@ int main(int argc, char** argv) {
       config.fail_grace_s = parse_seconds(flag, get(), true);
     } else if (flag == "--kill-grace") {
       config.kill_grace_s = parse_seconds(flag, get(), true);
+    } else if (flag == "--keep-going") {
+      if (has_inline) usage_error("--keep-going takes no value");
+      config.keep_going = true;
+    } else if (flag == "--restart-failed") {
+      const std::string v = get();
+      char* end = nullptr;
+      long k = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || k < 1 || k > 1000000)
+        usage_error("--restart-failed wants a number of restarts in 1..1000000, got '" + v + "'");
+      config.restarts = static_cast<int>(k);
     } else {
       usage_error("unknown option '" + a + "'");
     }
@@ -248,10 +267,16 @@ int main(int argc, char** argv) {
   config.env["SYMMEM_STORE"] = "tcp://127.0.0.1:" + std::to_string(server->port());
   // Publish the first failure in the store (see NOTE [job abort key] in src/core/group_impl.hpp)
   // so that ranks waiting on the dead one can fail fast, naming it.
-  config.on_first_failure = [&](const std::string& what) {
+  // Every failure is also appended to "symmem/failed" (a list of ranks), which lets a group made
+  // by Group::shrink() tolerate the failures of the ranks it excluded.
+  std::string failed_list;
+  config.on_failure = [&](int rank, const std::string& what) {
     try {
       symmem::TcpStore client("127.0.0.1", server->port(), token, std::chrono::seconds(2));
-      client.set("symmem/abort", symmem::to_bytes(what + " (reported by symmem-run)"));
+      failed_list += (failed_list.empty() ? "" : ",") + std::to_string(rank);
+      client.set("symmem/failed", symmem::to_bytes(failed_list));
+      client.compare_set("symmem/abort", symmem::Bytes(),
+                         symmem::to_bytes(what + " (reported by symmem-run)"));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "symmem-run: cannot publish the failure in the store: %s\n", e.what());
     }

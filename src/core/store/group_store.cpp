@@ -11,12 +11,25 @@
 namespace symmem::detail {
 
 AbortAwareStore::AbortAwareStore(std::shared_ptr<Store> inner, Millis slice,
-                                 bool forward_disconnect)
-    : inner_(std::move(inner)), slice_(slice), forward_disconnect_(forward_disconnect) {
+                                 bool forward_disconnect, std::map<int, int> tolerated)
+    : inner_(std::move(inner)),
+      slice_(slice),
+      forward_disconnect_(forward_disconnect),
+      tolerated_(std::move(tolerated)) {
   SYMMEM_INTERNAL_CHECK(inner_ != nullptr && slice_.count() > 0);
 }
 
 AbortAwareStore::~AbortAwareStore() = default;
+
+std::string AbortAwareStore::abort_reason() noexcept {
+  std::string reason = job_abort_reason(*inner_);
+  if (reason.empty() || tolerated_.empty()) return reason;
+  for (const auto& [rank, n] : job_failed_counts(*inner_)) {
+    auto it = tolerated_.find(rank);
+    if (it == tolerated_.end() || n > it->second) return reason;
+  }
+  return "";  // every failure so far is one this group was made without
+}
 
 void AbortAwareStore::wait_sliced(const char* op, const std::vector<std::string>& keys,
                                   Millis timeout) {
@@ -33,7 +46,7 @@ void AbortAwareStore::wait_sliced(const char* op, const std::vector<std::string>
     } catch (const Error& e) {
       if (e.code() != ErrorCode::Timeout) throw;
     }
-    std::string reason = job_abort_reason(*inner_);
+    std::string reason = abort_reason();
     const bool expired = Clock::now() >= deadline;
     if (reason.empty() && !expired) continue;
     std::vector<std::string> missing;

@@ -6,9 +6,13 @@
 // has reported a dead rank there, the call fails at once with PeerFailure carrying that report,
 // instead of waiting for its full timeout; so does every StoreExchange built on group.store().
 // A key marked as an invalid job (a rank claimed twice) fails the call with InvalidArgument.
+// A store made for a group of shrink() tolerates the failures of the ranks that group excluded:
+// `tolerated` maps a (launcher) rank to the number of its failures reported at kJobFailedKey
+// that do not abort a wait; any further failure does.
 // Disconnect keys are forwarded to the inner store only when asked (`forward_disconnect`);
 // otherwise set_on_disconnect() answers false, as the default Store does.
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,7 +25,7 @@ namespace symmem::detail {
 class SYMMEM_API AbortAwareStore final : public Store {
  public:
   explicit AbortAwareStore(std::shared_ptr<Store> inner, Millis slice = Millis(200),
-                           bool forward_disconnect = false);
+                           bool forward_disconnect = false, std::map<int, int> tolerated = {});
   ~AbortAwareStore() override;
 
   void set(const std::string& key, const Bytes& value) override;
@@ -38,6 +42,11 @@ class SYMMEM_API AbortAwareStore final : public Store {
   void cancel_on_disconnect(const std::string& key) override;
 
   const std::shared_ptr<Store>& inner() const { return inner_; }
+  const std::map<int, int>& tolerated() const { return tolerated_; }
+  bool forwards_disconnect() const { return forward_disconnect_; }
+  Millis slice() const { return slice_; }
+  // The job abort reason unless every reported failure is tolerated ("" then, and when none).
+  std::string abort_reason() noexcept;
 
  private:
   // Waits until every key exists, in slices; throws Timeout (naming the missing keys, with the
@@ -47,6 +56,7 @@ class SYMMEM_API AbortAwareStore final : public Store {
   std::shared_ptr<Store> inner_;
   Millis slice_;
   bool forward_disconnect_;
+  std::map<int, int> tolerated_;
 };
 
 }  // namespace symmem::detail

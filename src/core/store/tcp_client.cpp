@@ -185,7 +185,7 @@ Frame TcpStore::Impl::call(const char* op, Frame& req, Clock::time_point deadlin
   if (r.op == Op::kTimeout) detail::throw_store_timeout(op, r.keys, timeout);
   if (r.op == Op::kError) {
     int64_t code = r.num;
-    ErrorCode ec = code >= 1 && code <= static_cast<int64_t>(ErrorCode::Internal)
+    ErrorCode ec = code >= 1 && code <= static_cast<int64_t>(ErrorCode::Aborted)
                        ? static_cast<ErrorCode>(code)
                        : ErrorCode::Internal;
     throw_error(ec, op, -1, "store server " + where + ": " + to_string(r.values[0]));

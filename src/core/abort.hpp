@@ -1,0 +1,59 @@
+#pragma once
+
+// NOTE [group abort]
+// Every group has an AbortState; a group made by split() links to its parent's, so aborting a
+// group aborts the groups split from it (a group made by shrink() or grow() starts a new chain:
+// its parent is aborted by design). Group::abort(reason) sets the flag once (idempotent: the
+// first reason stays) and is safe from any thread; it takes a mutex, so a signal handler must
+// defer it (set a flag, call abort() from a thread). It is local to this process: peers learn
+// of it as they learn of any rank that stops taking part (their waits time out, or see its
+// process end), or because they abort too.
+// Who checks: every op and allocation at entry (before touching anything), and every CPU wait of
+// an op in its sleeping phase (PadSync, the host backend's signal waits, store exchanges), at
+// least every 50 ms. So an in-flight op returns within ~70 ms (the 20 ms yield phase plus one
+// sleep slice) with ErrorCode::Aborted, and so does every later one. A check is one acquire
+// load per link of the chain (a root group has one).
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "symmem/export.hpp"
+
+namespace symmem {
+class Group;
+namespace detail {
+
+struct AbortState {
+  std::atomic<bool> set{false};
+  std::mutex mu;           // serialises abort(); `reason` is written once, before `set`
+  std::string reason;      // "group g0 was aborted by rank 1: <why>"
+  std::string group_name;  // of the group this state belongs to
+  std::shared_ptr<AbortState> parent;  // split(): the parent's state; else null
+};
+
+// The first aborted state along the chain from `s`, or nullptr when none is aborted.
+inline const AbortState* aborted_state(const AbortState* s) noexcept {
+  for (; s != nullptr; s = s->parent.get()) {
+    if (s->set.load(std::memory_order_acquire)) return s;
+  }
+  return nullptr;
+}
+
+// Throws ErrorCode::Aborted: "<op>: rank <rank>: <s.reason>".
+[[noreturn]] SYMMEM_API void throw_aborted(const AbortState& s, std::string_view op, int rank);
+
+inline void check_not_aborted(const AbortState* s, std::string_view op, int rank) {
+  if (const AbortState* a = aborted_state(s)) throw_aborted(*a, op, rank);
+}
+
+// The abort state of `group` (never null for a valid group; null for an invalid one).
+SYMMEM_API std::shared_ptr<AbortState> abort_state(const Group& group) noexcept;
+
+// Sets `s` (first call wins); returns false when it was set already.
+SYMMEM_API bool set_aborted(AbortState& s, const std::string& reason) noexcept;
+
+}  // namespace detail
+}  // namespace symmem

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""Recovery trials on the host backend (tests/fault/recovery_worker.cpp). Each trial starts a job
+of N ranks under symmem-run --keep-going (shrink trials) or --restart-failed 1 (grow trials),
+SIGKILLs one random rank at a random moment of a loop of verified all-reduces and all_to_all_v,
+and checks that
+
+  * every survivor gets PeerFailure (FAULT-RESULT), calls shrink(), and verifies an all-reduce and
+    an all_to_all_v on the N-1 ranks left (RECOVERED);
+  * grow trials: the restarted rank rejoins (REJOINED) and every rank verifies again on N ranks
+    (GROWN);
+  * symmem-run exits 0 (the failure tolerated) within the limit: no hang;
+  * nothing is left behind: no socket under the job's SYMMEM_SOCKET_DIR, no process of the job,
+    no new file in /dev/shm, no fd of the job's processes (they are all gone).
+
+It prints time to error (kill -> PeerFailure) and time to a working shrunk group (kill -> first
+verified op on it done), median / p95 / max, and exits non-zero on any failed trial.
+"""
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fault_driver import alive  # noqa: E402
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def run_trial(args, trial, rng, grow):
+    victim = rng.randrange(args.ranks)
+    sock_dir = tempfile.mkdtemp(prefix="symmem-recovery-")
+    env = dict(os.environ)
+    env.update({"SYMMEM_TIMEOUT_MS": str(args.timeout_ms), "SYMMEM_SOCKET_DIR": sock_dir,
+                "SYMMEM_BACKEND": "host"})
+    env.pop("SYMMEM_RESTART_COUNT", None)
+    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    policy = ["--restart-failed", "1"] if grow else ["--keep-going"]
+    limit_s = args.timeout_ms / 1000 + 30
+    cmd = [args.run, "-n", str(args.ranks), *policy, "--timeout", str(limit_s), "--",
+           args.worker, "grow" if grow else "shrink", str(args.seconds)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines, errs, ready = [], [], {}
+    ready_event = threading.Event()
+    pids = set()
+
+    def read_out():
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            m = re.search(r"READY rank=(\d+) pid=(\d+)", line)
+            if m:
+                ready[int(m.group(1))] = int(m.group(2))
+                pids.add(int(m.group(2)))
+                if len(ready) == args.ranks:
+                    ready_event.set()
+
+    def read_err():
+        for line in proc.stderr:
+            errs.append(line.rstrip("\n"))
+
+    threads = [threading.Thread(target=f, daemon=True) for f in (read_out, read_err)]
+    for t in threads:
+        t.start()
+    problems = []
+    kill_ns = None
+    if not ready_event.wait(30):
+        problems.append("ranks never became ready")
+    else:
+        time.sleep(rng.uniform(0.02, 0.5))
+        kill_ns = time.monotonic_ns()
+        try:
+            os.kill(ready[victim], signal.SIGKILL)
+        except ProcessLookupError:
+            problems.append("the victim was already gone")
+    try:
+        rc = proc.wait(timeout=limit_s + 30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rc = proc.wait()
+        problems.append("HANG: symmem-run did not exit")
+    for t in threads:
+        t.join(5)
+
+    def field(kind, r):
+        for line in lines:
+            m = re.search(rf"{kind} rank={r} .*mono_ns=(\d+)", line)
+            if m:
+                return int(m.group(1)), line
+        return None, None
+
+    to_error, to_shrunk = [], []
+    survivors = [r for r in range(args.ranks) if r != victim]
+    for r in survivors:
+        t_err, line = field("FAULT-RESULT", r)
+        if t_err is None:
+            problems.append(f"rank {r} printed no FAULT-RESULT")
+            continue
+        code = re.search(r"code=(\w+)", line).group(1)
+        if code != "PeerFailure":
+            problems.append(f"rank {r} failed with {code}: {line[:300]}")
+        t_shr, _ = field("SHRUNK", r)
+        t_rec, _ = field("RECOVERED", r)
+        if t_shr is None or t_rec is None:
+            problems.append(f"rank {r} did not recover")
+        if kill_ns is not None:
+            to_error.append((t_err - kill_ns) / 1e6)
+            if t_rec is not None:
+                to_shrunk.append((t_rec - kill_ns) / 1e6)
+        if grow and field("GROWN", r)[0] is None:
+            problems.append(f"rank {r} did not grow back")
+    if grow:
+        m = [l for l in lines if re.search(rf"REJOINED rank={victim} .*world={args.ranks}", l)]
+        if not m:
+            problems.append(f"the restarted rank {victim} did not rejoin")
+    for line in lines:
+        if "RECOVERY-ERROR" in line or "FAULT-DONE" in line:
+            problems.append(line[:400])
+    if rc != 0:
+        problems.append(f"symmem-run exited {rc}")
+    left = [os.path.join(root, n) for root, dirs, files in os.walk(sock_dir) for n in dirs + files]
+    if left:
+        problems.append(f"left behind in the socket dir: {left}")
+    for pid in pids:
+        if alive(pid):
+            problems.append(f"process {pid} still alive")
+    shm_after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    if shm_after - shm_before:
+        problems.append(f"new files in /dev/shm: {sorted(shm_after - shm_before)}")
+    try:
+        os.rmdir(sock_dir)
+    except OSError:
+        pass
+    return {"trial": trial, "grow": grow, "victim": victim, "rc": rc, "to_error_ms": to_error,
+            "to_shrunk_ms": to_shrunk, "problems": problems,
+            "tail": (lines[-8:] + errs[-5:]) if problems else []}
+
+
+def summary(name, xs):
+    if not xs:
+        return f"{name}: no samples"
+    return (f"{name}: median {statistics.median(xs):.0f} ms, p95 {pct(xs, 95):.0f} ms, "
+            f"max {max(xs):.0f} ms ({len(xs)} samples)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--run", required=True, help="path to symmem-run")
+    ap.add_argument("--worker", required=True, help="path to symmem_recovery_worker")
+    ap.add_argument("--trials", type=int, default=50, help="shrink trials")
+    ap.add_argument("--grow-trials", type=int, default=10)
+    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--timeout-ms", type=int, default=10000)
+    ap.add_argument("--seconds", type=float, default=30.0, help="how long each rank loops")
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--json", help="write per-trial results here")
+    args = ap.parse_args()
+    seed = args.seed if args.seed is not None else int(time.time())
+    rng = random.Random(seed)
+    print(f"recovery: {args.trials} shrink + {args.grow_trials} grow trials, {args.ranks} ranks, "
+          f"timeout {args.timeout_ms} ms, seed {seed}", flush=True)
+    results = []
+    for t in range(args.trials + args.grow_trials):
+        grow = t >= args.trials
+        r = run_trial(args, t, rng, grow)
+        results.append(r)
+        status = "ok" if not r["problems"] else "FAIL"
+        e = ", ".join(f"{x:.0f}" for x in r["to_error_ms"])
+        s = ", ".join(f"{x:.0f}" for x in r["to_shrunk_ms"])
+        print(f"trial {t:3d} {'grow' if grow else 'shrink':6s} kill rank {r['victim']}: {status}"
+              f"  to-error ms=[{e}] to-shrunk ms=[{s}]", flush=True)
+        for p in r["problems"]:
+            print(f"    problem: {p}", flush=True)
+        for l in r["tail"]:
+            print(f"    out: {l}", flush=True)
+    failed = sum(bool(r["problems"]) for r in results)
+    hangs = sum(any(p.startswith("HANG") for p in r["problems"]) for r in results)
+    print(summary("time to error", [x for r in results for x in r["to_error_ms"]]))
+    print(summary("time to a working shrunk group", [x for r in results for x in r["to_shrunk_ms"]]))
+    print(f"hangs: {hangs}; failed trials: {failed} of {len(results)}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"seed": seed, "trials": results}, f, indent=1)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+// One rank of a recovery trial (tests/fault/recovery_driver.py), run under
+// symmem-run --keep-going (mode shrink) or --restart-failed 1 (mode grow). It loops over
+// verified all-reduces and all_to_all_v on the host backend until a killed peer makes an op
+// fail, then recovers as docs/reliability.md ("Recovering from a failed rank") shows:
+//   failed = g.failed_ranks(); g = g.shrink(failed); verify on the smaller group;
+//   grow: g = g.grow(failed.size()); verify on the whole group again.
+// A process that symmem-run started again (Group::restarted()) calls Group::rejoin() and
+// verifies with the survivors. Lines (CLOCK_MONOTONIC ns):
+//   READY rank=<r> pid=<pid>
+//   FAULT-RESULT rank=<r> code=<ErrorCode> mono_ns=<t> what=<message>
+//   SHRUNK rank=<r> new_rank=<n> world=<w> failed=<list> mono_ns=<t>   (shrink() returned)
+//   RECOVERED rank=<r> world=<w> mono_ns=<t>                            (verified on it)
+//   GROWN rank=<r> new_rank=<n> world=<w> mono_ns=<t>                   (verified after grow)
+//   REJOINED rank=<launcher rank> new_rank=<n> world=<w> mono_ns=<t>   (the replacement)
+// Exit codes: 0 after recovering, 3 on an error the recovery could not handle (printed as
+// RECOVERY-ERROR), 4 when the loop ran out without a fault, 2 on a usage error.
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <symmem/symmem.hpp>
+
+namespace {
+
+long long mono_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+std::string one_line(std::string s) {
+  for (auto& c : s) {
+    if (c == '\n') c = ' ';
+  }
+  return s;
+}
+
+std::string list(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s.empty() ? "-" : s;
+}
+
+// One verified all-reduce and one verified all_to_all_v on `g`, with values that depend on the
+// round and on every rank, so a stale or partial result shows. Throws on a wrong value.
+void verified_round(const symmem::Group& g, symmem::SymmetricMemory& buf, int round) {
+  const int me = g.rank(), n = g.world_size();
+  const size_t count = 4096;
+  auto* x = static_cast<int32_t*>(buf.ptr(me));
+  for (size_t i = 0; i < count; ++i) x[i] = static_cast<int32_t>((me + 1) * (round + 1) + i);
+  symmem::all_reduce(buf, count, symmem::DType::i32, symmem::ReduceOp::sum);
+  const int32_t ranks_sum = n * (n + 1) / 2;
+  for (size_t i = 0; i < count; ++i) {
+    const int32_t want = ranks_sum * (round + 1) + static_cast<int32_t>(i) * n;
+    if (x[i] != want) {
+      throw symmem::Error(symmem::ErrorCode::Internal,
+                          "all_reduce: wrong value " + std::to_string(x[i]) + " at " +
+                              std::to_string(i) + ", want " + std::to_string(want));
+    }
+  }
+  // all_to_all_v: rank s sends (s + d + round) % 5 + 1 elements, all equal to 1000 * s + d,
+  // to rank d.
+  std::vector<int64_t> send_counts(n), recv_counts(n), recv_offsets(n);
+  std::vector<int32_t> send;
+  for (int d = 0; d < n; ++d) {
+    send_counts[d] = (me + d + round) % 5 + 1;
+    for (int64_t k = 0; k < send_counts[d]; ++k) send.push_back(1000 * me + d);
+  }
+  std::vector<int32_t> recv(static_cast<size_t>(5 * n));
+  symmem::all_to_all_v(send.data(), send_counts.data(), recv.data(), recv_counts.data(),
+                       recv_offsets.data(), recv.size(), symmem::DType::i32, g);
+  size_t at = 0;
+  for (int s = 0; s < n; ++s) {
+    const int64_t want_count = (s + me + round) % 5 + 1;
+    if (recv_counts[s] != want_count) {
+      throw symmem::Error(symmem::ErrorCode::Internal,
+                          "all_to_all_v: rank " + std::to_string(s) + " sent " +
+                              std::to_string(recv_counts[s]) + " elements, want " +
+                              std::to_string(want_count));
+    }
+    for (int64_t k = 0; k < want_count; ++k, ++at) {
+      if (recv[at] != 1000 * s + me) {
+        throw symmem::Error(symmem::ErrorCode::Internal,
+                            "all_to_all_v: wrong value " + std::to_string(recv[at]) + " from rank " +
+                                std::to_string(s));
+      }
+    }
+  }
+}
+
+void verify(const symmem::Group& g, int rounds) {
+  auto buf = symmem::allocate(g, 4096 * sizeof(int32_t));
+  for (int r = 0; r < rounds; ++r) verified_round(g, buf, r);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s shrink|grow SECONDS\n", argv[0]);
+    return 2;
+  }
+  const std::string mode = argv[1];
+  const double seconds = std::atof(argv[2]);
+  const char* env_rank = std::getenv("RANK");
+  const int launcher_rank = env_rank != nullptr ? std::atoi(env_rank) : -1;
+  int rank = launcher_rank;
+  const char* stage = "setup";
+  try {
+    if (symmem::Group::restarted()) {
+      stage = "rejoin";
+      symmem::Group g = symmem::Group::rejoin();
+      verify(g, 3);
+      std::printf("REJOINED rank=%d new_rank=%d world=%d mono_ns=%lld\n", launcher_rank, g.rank(),
+                  g.world_size(), mono_ns());
+      std::fflush(stdout);
+      return 0;
+    }
+    symmem::Group g = symmem::Group::from_env();
+    rank = g.rank();
+    symmem::SymmetricMemory buf;
+    try {
+      stage = "loop";
+      buf = symmem::allocate(g, 4096 * sizeof(int32_t));
+      std::printf("READY rank=%d pid=%d\n", rank, static_cast<int>(getpid()));
+      std::fflush(stdout);
+      auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+      for (int round = 0; std::chrono::steady_clock::now() < end; ++round) {
+        verified_round(g, buf, round);
+      }
+      std::printf("FAULT-DONE rank=%d\n", rank);
+      return 4;
+    } catch (const symmem::Error& e) {
+      if (e.code() != symmem::ErrorCode::PeerFailure && e.code() != symmem::ErrorCode::Timeout)
+        throw;
+      std::printf("FAULT-RESULT rank=%d code=%s mono_ns=%lld what=%s\n", rank,
+                  symmem::to_string(e.code()), mono_ns(), one_line(e.what()).c_str());
+      std::fflush(stdout);
+    }
+    stage = "shrink";
+    buf = symmem::SymmetricMemory();  // memory of the old group goes with it
+    const std::vector<int> failed = g.failed_ranks();
+    symmem::Group small = g.shrink(failed);
+    std::printf("SHRUNK rank=%d new_rank=%d world=%d failed=%s mono_ns=%lld\n", rank, small.rank(),
+                small.world_size(), list(failed).c_str(), mono_ns());
+    std::fflush(stdout);
+    verify(small, 3);
+    std::printf("RECOVERED rank=%d world=%d mono_ns=%lld\n", rank, small.world_size(), mono_ns());
+    std::fflush(stdout);
+    if (mode == "grow") {
+      stage = "grow";
+      symmem::Group whole = small.grow(static_cast<int>(failed.size()));
+      verify(whole, 3);
+      std::printf("GROWN rank=%d new_rank=%d world=%d mono_ns=%lld\n", rank, whole.rank(),
+                  whole.world_size(), mono_ns());
+      std::fflush(stdout);
+    }
+  } catch (const symmem::Error& e) {
+    std::printf("RECOVERY-ERROR rank=%d stage=%s code=%s what=%s\n", rank, stage,
+                symmem::to_string(e.code()), one_line(e.what()).c_str());
+    std::fflush(stdout);
+    return 3;
+  }
+  return 0;
+}
