@@ -40,6 +40,16 @@ symmem_py_test(python_torch_mp_2 NP 2 FILES test_torch_mp.py LABELS gpu)
 symmem_py_test(python_gpu_waits_2 NP 2 TIMEOUT 120 FILES test_gpu_mp.py LABELS gpu
                ENV "SYMMEM_ALLOW_SHARED_GPU=1")
 
+# Abort, shrink and grow (issue #17): the last of 3 ranks dies, symmem-run starts it again.
+if(TARGET symmem-run)
+  add_test(NAME python_recovery_3
+           COMMAND $<TARGET_FILE:symmem-run> -n 3 --restart-failed 1 --timeout 120 --
+                   ${_pytest} ${_tdir}/test_recovery.py
+           WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  set_tests_properties(python_recovery_3 PROPERTIES LABELS "python;mp" TIMEOUT 120
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_py_env}")
+endif()
+
 # The committed stub must match the module (regenerate with python/gen_stub.sh).
 add_test(NAME python_stub
          COMMAND bash ${_tdir}/check_stub.sh ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}

@@ -28,9 +28,9 @@ namespace detail {
 
 struct AbortState {
   std::atomic<bool> set{false};
-  std::mutex mu;           // serialises abort(); `reason` is written once, before `set`
-  std::string reason;      // "group g0 was aborted by rank 1: <why>"
-  std::string group_name;  // of the group this state belongs to
+  std::mutex mu;                       // serialises abort(); `reason` is written once, before `set`
+  std::string reason;                  // "group g0 was aborted by rank 1: <why>"
+  std::string group_name;              // of the group this state belongs to
   std::shared_ptr<AbortState> parent;  // split(): the parent's state; else null
 };
 

@@ -12,8 +12,9 @@ and checks that
   * nothing is left behind: no socket under the job's SYMMEM_SOCKET_DIR, no process of the job,
     no new file in /dev/shm, no fd of the job's processes (they are all gone).
 
-It prints time to error (kill -> PeerFailure) and time to a working shrunk group (kill -> first
-verified op on it done), median / p95 / max, and exits non-zero on any failed trial.
+It prints time to error (kill -> PeerFailure), time to a working shrunk group (kill -> its
+verification done) and, for grow trials, time to the whole group again (kill -> verification on
+N ranks done), median / p95 / max, and exits non-zero on any failed trial.
 """
 import argparse
 import json
@@ -98,7 +99,7 @@ def run_trial(args, trial, rng, grow):
                 return int(m.group(1)), line
         return None, None
 
-    to_error, to_shrunk = [], []
+    to_error, to_shrunk, to_grown = [], [], []
     survivors = [r for r in range(args.ranks) if r != victim]
     for r in survivors:
         t_err, line = field("FAULT-RESULT", r)
@@ -116,8 +117,11 @@ def run_trial(args, trial, rng, grow):
             to_error.append((t_err - kill_ns) / 1e6)
             if t_rec is not None:
                 to_shrunk.append((t_rec - kill_ns) / 1e6)
-        if grow and field("GROWN", r)[0] is None:
+        t_grown, _ = field("GROWN", r)
+        if grow and t_grown is None:
             problems.append(f"rank {r} did not grow back")
+        elif grow and kill_ns is not None:
+            to_grown.append((t_grown - kill_ns) / 1e6)
     if grow:
         m = [l for l in lines if re.search(rf"REJOINED rank={victim} .*world={args.ranks}", l)]
         if not m:
@@ -141,7 +145,7 @@ def run_trial(args, trial, rng, grow):
     except OSError:
         pass
     return {"trial": trial, "grow": grow, "victim": victim, "rc": rc, "to_error_ms": to_error,
-            "to_shrunk_ms": to_shrunk, "problems": problems,
+            "to_shrunk_ms": to_shrunk, "to_grown_ms": to_grown, "problems": problems,
             "tail": (lines[-8:] + errs[-5:]) if problems else []}
 
 
@@ -186,6 +190,8 @@ def main():
     hangs = sum(any(p.startswith("HANG") for p in r["problems"]) for r in results)
     print(summary("time to error", [x for r in results for x in r["to_error_ms"]]))
     print(summary("time to a working shrunk group", [x for r in results for x in r["to_shrunk_ms"]]))
+    print(summary("time to the whole group again (grow trials: restart, rejoin, verify)",
+                  [x for r in results for x in r["to_grown_ms"]]))
     print(f"hangs: {hangs}; failed trials: {failed} of {len(results)}")
     if args.json:
         with open(args.json, "w") as f:

@@ -86,9 +86,9 @@ void verified_round(const symmem::Group& g, symmem::SymmetricMemory& buf, int ro
     }
     for (int64_t k = 0; k < want_count; ++k, ++at) {
       if (recv[at] != 1000 * s + me) {
-        throw symmem::Error(symmem::ErrorCode::Internal,
-                            "all_to_all_v: wrong value " + std::to_string(recv[at]) + " from rank " +
-                                std::to_string(s));
+        throw symmem::Error(symmem::ErrorCode::Internal, "all_to_all_v: wrong value " +
+                                                             std::to_string(recv[at]) +
+                                                             " from rank " + std::to_string(s));
       }
     }
   }

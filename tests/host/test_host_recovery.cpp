@@ -75,7 +75,10 @@ TEST(HostRecovery, AbortEndsASignalWait) {
 
 TEST(HostRecovery, AbortEndsACollective) {
   expect_abort_ends_wait(
-      [](Group& g, SymmetricMemory& b) { all_reduce(b, 16, DType::f32, ReduceOp::sum); (void)g; },
+      [](Group& g, SymmetricMemory& b) {
+        all_reduce(b, 16, DType::f32, ReduceOp::sum);
+        (void)g;
+      },
       "all_reduce");
 }
 
