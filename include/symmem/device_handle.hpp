@@ -30,8 +30,16 @@ struct DeviceHandle {
   // out), [1] = rank that waited, [2] = channel, [3] = peer waited on.
   int32_t* timeout_record = nullptr;
   uint64_t timeout_ns = 0;  // deadline of every device-side wait, in %globaltimer ns
+  // The group's abort word (host-mapped; NOTE [device abort] in symmem/device/sync.cuh): waits
+  // also end when it is set. Null: they only time out. abort_slot names it in the record.
+  const int32_t* abort_word = nullptr;
+  int32_t abort_slot = -1;
 };
 
 static_assert(std::is_trivially_copyable_v<DeviceHandle>);
+
+// The timeout record's flag of a wait ended by its group's abort: this + abort_slot (NOTE
+// [device abort] in symmem/device/sync.cuh); 1 is a timeout.
+inline constexpr int32_t kDeviceAbortFlagBase = 2;
 
 }  // namespace symmem

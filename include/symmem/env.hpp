@@ -53,6 +53,9 @@
     "Shared secret a TCP store client must present first; symmem-run sets a random one.")          \
   X(store_bind, "SYMMEM_STORE_BIND", "string", "", "",                                             \
     "Address the store hosted by rank 0 binds to; default loopback, or MASTER_ADDR if not local.") \
+  X(abort_on_peer_failure, "SYMMEM_ABORT_ON_PEER_FAILURE", "bool", "1", "",                        \
+    "A rank whose peer's process exits stops that group's GPU waits (PeerFailure within ~50 ms) "  \
+    "instead of waiting for the deadline.")                                                        \
   X(restart_count, "SYMMEM_RESTART_COUNT", "int", "0", "0..1000000",                               \
     "Set by symmem-run --restart-failed: how often this rank was started again after a failure; "  \
     "> 0 means call Group::rejoin() instead of from_env().")                                       \

@@ -15,11 +15,14 @@
 // load per link of the chain (a root group has one).
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "symmem/error.hpp"
 #include "symmem/export.hpp"
 
 namespace symmem {
@@ -28,10 +31,17 @@ namespace detail {
 
 struct AbortState {
   std::atomic<bool> set{false};
-  std::mutex mu;                       // serialises abort(); `reason` is written once, before `set`
-  std::string reason;                  // "group g0 was aborted by rank 1: <why>"
-  std::string group_name;              // of the group this state belongs to
-  std::shared_ptr<AbortState> parent;  // split(): the parent's state; else null
+  std::mutex mu;           // serialises abort(); `reason` is written once, before `set`
+  std::string reason;      // "group g0 was aborted by rank 1: <why>"
+  std::string group_name;  // of the group this state belongs to
+  ErrorCode code = ErrorCode::Aborted;  // PeerFailure when the liveness watcher set it
+  std::shared_ptr<AbortState> parent;   // split(): the parent's state; else null
+  // Run once when the state is set (under mu): backends stop their device-side waits here
+  // (NOTE [device abort] in src/cuda/timeout_record.hpp).
+  std::vector<std::function<void()>> hooks;
+  // The device abort slot of this group (NOTE [device abort] in src/cuda/timeout_record.hpp);
+  // -1 until the cuda backend gives it one.
+  std::atomic<int> device_slot{-1};
 };
 
 // The first aborted state along the chain from `s`, or nullptr when none is aborted.
@@ -42,7 +52,7 @@ inline const AbortState* aborted_state(const AbortState* s) noexcept {
   return nullptr;
 }
 
-// Throws ErrorCode::Aborted: "<op>: rank <rank>: <s.reason>".
+// Throws s.code (Aborted, or PeerFailure from the liveness watcher): "<op>: rank <rank>: <reason>".
 [[noreturn]] SYMMEM_API void throw_aborted(const AbortState& s, std::string_view op, int rank);
 
 inline void check_not_aborted(const AbortState* s, std::string_view op, int rank) {
@@ -52,8 +62,22 @@ inline void check_not_aborted(const AbortState* s, std::string_view op, int rank
 // The abort state of `group` (never null for a valid group; null for an invalid one).
 SYMMEM_API std::shared_ptr<AbortState> abort_state(const Group& group) noexcept;
 
-// Sets `s` (first call wins); returns false when it was set already.
-SYMMEM_API bool set_aborted(AbortState& s, const std::string& reason) noexcept;
+// Sets `s` (first call wins) and runs its hooks; returns false when it was set already.
+SYMMEM_API bool set_aborted(AbortState& s, const std::string& reason,
+                            ErrorCode code = ErrorCode::Aborted) noexcept;
+
+// Runs `hook` when `s` is set: now if it is set already, else from set_aborted().
+SYMMEM_API void add_abort_hook(AbortState& s, std::function<void()> hook);
+
+// NOTE [liveness watcher]
+// A GPU op that waits on a dead peer spins in a kernel: no host wait polls a pidfd for it. So the
+// backends that run kernels register each group they run on here (idempotent); a thread of the
+// process (started on first use) looks every 50 ms whether a rank of a registered group on this
+// machine has exited (NOTE [failed ranks] in group.cpp) and then sets the group's abort state
+// with ErrorCode::PeerFailure, naming the rank: its kernels return within about a millisecond
+// (NOTE [device abort]) and its ops raise PeerFailure. SYMMEM_ABORT_ON_PEER_FAILURE=0 turns it
+// off (a GPU wait on a dead peer then lasts until its deadline).
+SYMMEM_API void watch_peer_liveness(const Group& group);
 
 }  // namespace detail
 }  // namespace symmem

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <thread>
 #include <tuple>
 
 #include "core/check.hpp"
@@ -756,23 +757,104 @@ namespace symmem {
 namespace detail {
 
 void throw_aborted(const AbortState& s, std::string_view op, int rank) {
-  throw_error(ErrorCode::Aborted, op, rank, s.reason);
+  throw_error(s.code, op, rank, s.reason);
 }
 
 std::shared_ptr<AbortState> abort_state(const Group& group) noexcept {
   return group.valid() ? group.impl()->abort : nullptr;
 }
 
-bool set_aborted(AbortState& s, const std::string& reason) noexcept {
+bool set_aborted(AbortState& s, const std::string& reason, ErrorCode code) noexcept {
   try {
     std::lock_guard<std::mutex> lock(s.mu);
     if (s.set.load(std::memory_order_relaxed)) return false;
     s.reason = reason;
+    s.code = code;
     s.set.store(true, std::memory_order_release);
+    for (auto& h : s.hooks) h();
     return true;
   } catch (...) {
     s.set.store(true, std::memory_order_release);  // the reason stays empty; still aborted
     return true;
+  }
+}
+
+void add_abort_hook(AbortState& s, std::function<void()> hook) {
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.set.load(std::memory_order_relaxed)) {
+    hook();
+    return;
+  }
+  s.hooks.push_back(std::move(hook));
+}
+
+namespace {
+
+// NOTE [liveness watcher] (core/abort.hpp). Immortal: the thread may outlive main().
+struct LivenessWatcher {
+  std::mutex mu;
+  std::vector<std::weak_ptr<Group::Impl>> groups;
+  bool started = false;
+};
+
+LivenessWatcher& watcher() {
+  static auto* w = new LivenessWatcher;
+  return *w;
+}
+
+void watch_loop() {
+  LivenessWatcher& w = watcher();
+  const std::string my_machine = this_process_ident().machine;
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::vector<std::shared_ptr<Group::Impl>> live;
+    {
+      std::lock_guard<std::mutex> lock(w.mu);
+      for (auto it = w.groups.begin(); it != w.groups.end();) {
+        if (auto g = it->lock()) {
+          live.push_back(std::move(g));
+          ++it;
+        } else {
+          it = w.groups.erase(it);
+        }
+      }
+    }
+    for (const auto& g : live) {
+      if (aborted_state(g->abort.get()) != nullptr) continue;
+      for (int r = 0; r < g->world_size; ++r) {
+        if (r == g->rank || !process_gone(g->procs[r], my_machine)) continue;
+        std::string line = "rank " + std::to_string(r);
+        if (g->global_ranks[r] != r) line += " (global " + std::to_string(g->global_ranks[r]) + ")";
+        line += " (pid " + std::to_string(g->procs[r].pid) + ") of group " + g->name +
+                " has exited; its GPU ops were stopped (the liveness watcher, "
+                "SYMMEM_ABORT_ON_PEER_FAILURE)";
+        if (set_aborted(*g->abort, line, ErrorCode::PeerFailure)) {
+          SYMMEM_LOG(WARN, GPU) << "rank " << g->rank << ": " << line;
+        }
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void watch_peer_liveness(const Group& group) {
+  if (!group.valid() || group.world_size() < 2) return;
+  try {
+    if (!env::abort_on_peer_failure()) return;
+  } catch (...) {
+    return;  // a bad value is reported by env::validate_all()
+  }
+  LivenessWatcher& w = watcher();
+  std::lock_guard<std::mutex> lock(w.mu);
+  for (const auto& g : w.groups) {
+    if (!g.owner_before(group.impl()) && !group.impl().owner_before(g)) return;  // registered
+  }
+  w.groups.push_back(group.impl());
+  if (!w.started) {
+    w.started = true;
+    std::thread(watch_loop).detach();
   }
 }
 

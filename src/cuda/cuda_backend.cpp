@@ -54,7 +54,8 @@ class CudaBackend final : public Backend {
 
   void run(const OpArgs& args) override {
     const int rank = args.group != nullptr ? args.group->rank() : -1;
-    raise_device_timeout(to_string(args.kind), rank);  // NOTE [timeout record]
+    const AbortSlot abort = args.group != nullptr ? abort_slot(*args.group) : AbortSlot{};
+    raise_device_timeout(to_string(args.kind), rank, abort.slot);  // NOTE [timeout record]
     cuda_run_op(args);
     // A barrier on the null stream is synchronous, like SymmetricMemory::barrier there: its
     // device-side timeout (a peer that never came) is this call's error (docs/design.md,
@@ -62,7 +63,7 @@ class CudaBackend final : public Backend {
     if (args.kind == OpKind::barrier && args.stream == nullptr) {
       DeviceGuard guard(args.device.index);
       synchronize_and_raise("barrier", rank, nullptr, args.timeout,
-                            "barrier (GPU, group " + args.group->name() + ")");
+                            "barrier (GPU, group " + args.group->name() + ")", abort.slot);
     }
   }
 };

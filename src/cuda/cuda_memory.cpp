@@ -468,6 +468,7 @@ std::shared_ptr<CudaMemory> CudaMemory::create(const Group& group, const Rendezv
 
   // ---- phase 4: from here every pad is zero and mapped everywhere -------------------------
   rv.ex.barrier();
+  rv.m->abort_ = abort_slot(group);  // NOTE [device abort] (timeout_record.hpp)
   SYMMEM_LOG(INFO, ALLOC) << "cuda: allocation " << info.alloc_id << " of " << info.bytes
                           << " bytes (+" << info.signal_pad_bytes << " pad, " << rv.m->stride_
                           << " per rank) on " << to_string(info.device) << " mapped for "
@@ -525,7 +526,10 @@ bool CudaMemory::direct_access(int peer) const {
 }
 
 DeviceHandle CudaMemory::device_handle(size_t offset, size_t length) const {
-  return tables_->handle(offset, length, pad_bytes_);
+  DeviceHandle h = tables_->handle(offset, length, pad_bytes_);
+  h.abort_word = abort_.word;
+  h.abort_slot = abort_.slot;
+  return h;
 }
 
 void CudaMemory::barrier(int channel, Millis timeout, Stream stream) {

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "cuda/peer_tables.hpp"
+#include "cuda/timeout_record.hpp"
 #include "symmem/backend.hpp"
 
 namespace symmem::cuda {
@@ -70,6 +71,7 @@ class CudaMemory final : public BackendMemory {
   uintptr_t base_ = 0;        // CUdeviceptr of the reserved range (world_ * stride_)
   std::vector<char> mapped_;  // per rank: part mapped
   std::unique_ptr<PeerTables> tables_;
+  AbortSlot abort_;  // the group's (NOTE [device abort] in timeout_record.hpp)
 };
 
 }  // namespace symmem::cuda

@@ -618,6 +618,11 @@ Ws get_ws(const Call& c, size_t data_bytes) {
   w.sync.timeout_ns = c.timeout_ns;
   w.sync.timeout_record = trec;
   w.sync.error_record = P.op_error;
+  // NOTE [device abort] (timeout_record.hpp)
+  const symmem::cuda::AbortSlot abort =
+      c.a.group != nullptr ? symmem::cuda::abort_slot(*c.a.group) : symmem::cuda::AbortSlot{};
+  w.sync.abort_word = abort.word;
+  w.sync.abort_slot = abort.slot;
   w.sync.desc_offset = static_cast<uint32_t>(w.L.desc_offset);
   // Armed here, where a kernel that writes them is about to be launched: an op that launches none
   // (count 0, world size 1 copies) leaves its slot unarmed, so metrics lines do not wait on it.

@@ -82,7 +82,7 @@ void run_device_sync(SyncKind kind, DeviceHandle h, int peer, int channel, Milli
                      Stream stream, int device) {
   const char* op = to_string(kind);
   const int rank = h.rank;
-  raise_device_timeout(op, rank);
+  raise_device_timeout(op, rank, h.abort_slot);
   SYMMEM_CHECK_ARG(op, rank, channel >= 0 && static_cast<uint32_t>(channel) < h.num_channels,
                    "channel",
                    "is " << channel << "; the signal pad has " << h.num_channels << " channels (0.."
@@ -121,7 +121,7 @@ void run_device_sync(SyncKind kind, DeviceHandle h, int peer, int channel, Milli
       what << (kind == SyncKind::put_signal ? ", to rank " : ", from rank ") << peer;
     }
     what << ")";
-    synchronize_and_raise(op, rank, nullptr, timeout, what.str());
+    synchronize_and_raise(op, rank, nullptr, timeout, what.str(), h.abort_slot);
   }
 }
 

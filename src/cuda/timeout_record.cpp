@@ -9,6 +9,9 @@
 #include <thread>
 #include <vector>
 
+#include "core/abort.hpp"
+#include "core/group_impl.hpp"
+#include "core/log.hpp"
 #include "core/timeout.hpp"
 #include "core/wait_report.hpp"
 #include "cuda/cuda_check.hpp"
@@ -94,7 +97,7 @@ uint64_t progress_after_ns(Millis timeout) {
 }
 
 void synchronize_and_raise(std::string_view op, int rank, cudaStream_t stream, Millis timeout,
-                           const std::string& what) {
+                           const std::string& what, int32_t abort_slot) {
   const auto start = detail::Clock::now();
   const Millis resolved = detail::resolve_timeout(timeout);
   detail::WaitReport report(what, detail::Subsys::GPU, rank, start, detail::deadline_for(resolved),
@@ -130,20 +133,71 @@ void synchronize_and_raise(std::string_view op, int rank, cudaStream_t stream, M
     (void)cudaGetLastError();  // clear a non-sticky error; a sticky one stays with the context
     throw_cudart_error(op, rank, "cudaStreamSynchronize", e, SYMMEM_WHERE);
   }
-  raise_device_timeout(op, rank);
+  raise_device_timeout(op, rank, abort_slot);
 }
 
 bool device_timeout_pending() noexcept {
   int32_t* r = g_record.load(std::memory_order_acquire);
   if (r == nullptr) return false;
-  return reinterpret_cast<volatile int32_t*>(r)[0] == 1;
+  return reinterpret_cast<volatile int32_t*>(r)[0] != 0;
 }
 
-void raise_device_timeout(std::string_view op, int rank) {
+namespace {
+
+std::atomic<int32_t*> g_abort_table{nullptr};
+// Per slot: the abort state it belongs to (for the reason), guarded by g_mu.
+std::vector<std::weak_ptr<detail::AbortState>>& abort_owners() {
+  static auto* v = new std::vector<std::weak_ptr<detail::AbortState>>;  // immortal
+  return *v;
+}
+
+}  // namespace
+
+AbortSlot abort_slot(const Group& group) {
+  if (!group.valid()) return {};
+  const std::shared_ptr<detail::AbortState>& st = group.impl()->abort;
+  int slot = st->device_slot.load(std::memory_order_acquire);
+  int32_t* table = g_abort_table.load(std::memory_order_acquire);
+  if (slot >= 0 && table != nullptr) return {table + slot, slot};
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    table = g_abort_table.load(std::memory_order_relaxed);
+    if (table == nullptr) {
+      table = host_mapped(sizeof(int32_t) * kAbortSlots, "abort table");
+      g_abort_table.store(table, std::memory_order_release);
+    }
+    slot = st->device_slot.load(std::memory_order_relaxed);
+    if (slot < 0) {
+      auto& owners = abort_owners();
+      if (owners.size() >= static_cast<size_t>(kAbortSlots)) {
+        if (owners.size() == static_cast<size_t>(kAbortSlots)) {
+          owners.emplace_back();  // say it once
+          SYMMEM_LOG(WARN, GPU) << "group " << group.name() << ": the abort table's " << kAbortSlots
+                                << " slots are taken: GPU waits of later groups are ended by "
+                                   "their deadline only, not by abort()";
+        }
+        return {};
+      }
+      slot = static_cast<int>(owners.size());
+      owners.push_back(st);
+      st->device_slot.store(slot, std::memory_order_release);
+    }
+  }
+  int32_t* word = table + slot;
+  // Hooks outside g_mu (a hook may run at once, and set_aborted holds the state's mutex).
+  for (detail::AbortState* s = st.get(); s != nullptr; s = s->parent.get()) {
+    detail::add_abort_hook(*s, [word] { *reinterpret_cast<volatile int32_t*>(word) = 1; });
+  }
+  detail::watch_peer_liveness(group);
+  return {word, slot};
+}
+
+void raise_device_timeout(std::string_view op, int rank, int32_t current_slot) {
   int32_t* r = g_record.load(std::memory_order_acquire);
   if (r == nullptr) return;
   volatile int32_t* v = r;
-  if (v[0] != 1) return;
+  const int32_t flag = v[0];
+  if (flag == 0) return;
   std::atomic_thread_fence(std::memory_order_acquire);
   const int32_t who = v[1], channel = v[2], peer = v[3];
   v[1] = 0;
@@ -151,6 +205,26 @@ void raise_device_timeout(std::string_view op, int rank) {
   v[3] = 0;
   std::atomic_thread_fence(std::memory_order_seq_cst);
   v[0] = 0;
+  if (flag >= kDeviceAbortFlagBase) {
+    const int32_t slot = flag - kDeviceAbortFlagBase;
+    std::shared_ptr<detail::AbortState> st;
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      auto& owners = abort_owners();
+      if (slot >= 0 && static_cast<size_t>(slot) < owners.size()) st = owners[slot].lock();
+    }
+    const detail::AbortState* a = st ? detail::aborted_state(st.get()) : nullptr;
+    if (current_slot >= 0 && slot != current_slot) {
+      SYMMEM_LOG(INFO, GPU) << "rank " << rank << ": a GPU wait of another group ("
+                            << (st ? st->group_name : std::string("gone"))
+                            << ") was ended by its abort; not this op's error";
+      return;
+    }
+    std::ostringstream os;
+    os << "device-side wait ended by the abort of its group (rank " << who << " waited on channel "
+       << channel << " for rank " << peer << "): " << (a ? a->reason : std::string("aborted"));
+    throw_error(a ? a->code : ErrorCode::Aborted, op, rank, os.str());
+  }
   std::ostringstream os;
   os << "device-side wait timed out: rank " << who << " waited on channel " << channel
      << " for rank " << peer << " (signal pad slot " << channel << " * world_size + " << peer

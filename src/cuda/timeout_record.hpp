@@ -41,7 +41,32 @@
 
 #include "symmem/store.hpp"
 
+namespace symmem {
+class Group;
+}
+
 namespace symmem::cuda {
+
+// NOTE [device abort] (host side; the device side is NOTE [device abort] in
+// symmem/device/sync.cuh)
+// Each process has one abort table: kAbortSlots int32 words in host-mapped memory, a word per
+// group that runs GPU work in this process (slots are never reused; past the last one a group's
+// kernels only time out, said once in the log). abort_slot(group) gives the group its word on
+// first use and hooks it to the group's abort state and its ancestors' (NOTE [group abort] in
+// src/core/abort.hpp): aborting the group, or the liveness watcher finding a dead peer (NOTE
+// [liveness watcher], registered here too), sets the word, and the group's kernels stop waiting
+// within about a millisecond. A wait stopped so writes flag kAbortFlagBase + slot in the timeout
+// record; raise_device_timeout() turns that into the group's abort error (Aborted or
+// PeerFailure, with its reason) when raised for that group, and drops it quietly when raised
+// for another one (the aborted group's own ops raise at entry anyway).
+// Only the cuda plugin gives slots (AbortState::device_slot is one number per group; each plugin
+// linking this file has its own table).
+inline constexpr int kAbortSlots = 4096;
+struct AbortSlot {
+  const int32_t* word = nullptr;  // null: no slot
+  int32_t slot = -1;
+};
+AbortSlot abort_slot(const Group& group);
 
 // The process-wide record (created on first use, on the current device's context).
 int32_t* timeout_record();
@@ -49,8 +74,10 @@ int32_t* timeout_record();
 // True when a device-side wait has recorded a timeout that was not raised yet.
 bool device_timeout_pending() noexcept;
 
-// Throws Timeout (and clears the record) when one is pending; `op`/`rank` start the message.
-void raise_device_timeout(std::string_view op, int rank);
+// Throws Timeout (and clears the record) when one is pending; `op`/`rank` start the message. A
+// wait ended by an abort (NOTE [device abort]) throws that abort's error when `current_slot` is
+// its group's slot or -1 (any), and is cleared silently for another group's slot.
+void raise_device_timeout(std::string_view op, int rank, int32_t current_slot = -1);
 
 // The process-wide progress record (NOTE [wait progress]), created on first use; its slots
 // (symmem::device::kProgressSlots, checked in device_sync.cu).
@@ -67,7 +94,7 @@ uint64_t progress_after_ns(Millis timeout);
 // channel 3)"), `timeout` is the call's. Then raises a CUDA error of the stream (Cuda) or a
 // recorded device-side timeout (Timeout) with `op`/`rank` starting the message.
 void synchronize_and_raise(std::string_view op, int rank, cudaStream_t stream, Millis timeout,
-                           const std::string& what);
+                           const std::string& what, int32_t abort_slot = -1);
 
 // A resolved timeout (NOTE [timeouts] in symmem/store.hpp: the core resolves every user's
 // timeout before a backend sees it) in nanoseconds for DeviceHandle::timeout_ns and the

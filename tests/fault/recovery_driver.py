@@ -43,13 +43,15 @@ def run_trial(args, trial, rng, grow):
     sock_dir = tempfile.mkdtemp(prefix="symmem-recovery-")
     env = dict(os.environ)
     env.update({"SYMMEM_TIMEOUT_MS": str(args.timeout_ms), "SYMMEM_SOCKET_DIR": sock_dir,
-                "SYMMEM_BACKEND": "host"})
+                "SYMMEM_BACKEND": "host" if args.device == "cpu" else "auto"})
+    if args.device == "cuda":
+        env["SYMMEM_ALLOW_SHARED_GPU"] = "1"  # ranks may share a GPU (under MPS)
     env.pop("SYMMEM_RESTART_COUNT", None)
     shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     policy = ["--restart-failed", "1"] if grow else ["--keep-going"]
     limit_s = args.timeout_ms / 1000 + 30
     cmd = [args.run, "-n", str(args.ranks), *policy, "--timeout", str(limit_s), "--",
-           args.worker, "grow" if grow else "shrink", str(args.seconds)]
+           args.worker, "grow" if grow else "shrink", str(args.seconds), args.device]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines, errs, ready = [], [], {}
     ready_event = threading.Event()
@@ -111,6 +113,9 @@ def run_trial(args, trial, rng, grow):
             problems.append(f"rank {r} failed with {code}: {line[:300]}")
         t_shr, _ = field("SHRUNK", r)
         t_rec, _ = field("RECOVERED", r)
+        if args.max_error_ms and kill_ns is not None and (t_err - kill_ns) / 1e6 > args.max_error_ms:
+            problems.append(f"rank {r} took {(t_err - kill_ns) / 1e6:.0f} ms to PeerFailure "
+                            f"(> {args.max_error_ms} ms)")
         if t_shr is None or t_rec is None:
             problems.append(f"rank {r} did not recover")
         if kill_ns is not None:
@@ -167,11 +172,25 @@ def main():
     ap.add_argument("--seconds", type=float, default=30.0, help="how long each rank loops")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--json", help="write per-trial results here")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="cuda: device memory on the cuda backend (ranks share GPUs; run MPS)")
+    ap.add_argument("--max-error-ms", type=float, default=0,
+                    help="fail a trial whose time to PeerFailure exceeds this (0: no bound)")
     args = ap.parse_args()
+    if args.device == "cuda":
+        try:
+            import ctypes
+            cuda = ctypes.CDLL("libcuda.so.1")
+            n = ctypes.c_int(0)
+            if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(n)) != 0 or n.value < 1:
+                raise OSError("no CUDA device")
+        except OSError as e:
+            print(f"skipped: no GPU ({e})")
+            return 77
     seed = args.seed if args.seed is not None else int(time.time())
     rng = random.Random(seed)
-    print(f"recovery: {args.trials} shrink + {args.grow_trials} grow trials, {args.ranks} ranks, "
-          f"timeout {args.timeout_ms} ms, seed {seed}", flush=True)
+    print(f"recovery ({args.device}): {args.trials} shrink + {args.grow_trials} grow trials, "
+          f"{args.ranks} ranks, timeout {args.timeout_ms} ms, seed {seed}", flush=True)
     results = []
     for t in range(args.trials + args.grow_trials):
         grow = t >= args.trials

@@ -1,6 +1,7 @@
 // One rank of a recovery trial (tests/fault/recovery_driver.py), run under
 // symmem-run --keep-going (mode shrink) or --restart-failed 1 (mode grow). It loops over
-// verified all-reduces and all_to_all_v on the host backend until a killed peer makes an op
+// verified all-reduces and all_to_all_v on the host backend (or, with "cuda", all-reduces of
+// device memory on the cuda backend) until a killed peer makes an op
 // fail, then recovers as docs/reliability.md ("Recovering from a failed rank") shows:
 //   failed = g.failed_ranks(); g = g.shrink(failed); verify on the smaller group;
 //   grow: g = g.grow(failed.size()); verify on the whole group again.
@@ -26,7 +27,17 @@
 
 #include <symmem/symmem.hpp>
 
+#if defined(SYMMEM_RECOVERY_CUDA)
+#include <cuda_runtime_api.h>
+#endif
+
 namespace {
+
+// Where the verified ops run: "cpu" (host backend) or "cuda" (device memory, cuda backend;
+// built with SYMMEM_RECOVERY_CUDA). NOTE [device abort]: after a dead peer, the survivors'
+// kernels return early and the group is aborted with PeerFailure; the worker checks
+// Group::aborted() after each synchronous copy and lets the next op raise the error.
+bool g_cuda = false;
 
 long long mono_ns() {
   timespec ts{};
@@ -94,20 +105,77 @@ void verified_round(const symmem::Group& g, symmem::SymmetricMemory& buf, int ro
   }
 }
 
+#if defined(SYMMEM_RECOVERY_CUDA)
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    throw symmem::Error(symmem::ErrorCode::Cuda, std::string(what) + ": " + cudaGetErrorString(e));
+  }
+}
+
+// One verified all-reduce of device memory (the GPU acceptance: all-reduce only).
+void verified_round_cuda(const symmem::Group& g, symmem::SymmetricMemory& buf, int round) {
+  const int me = g.rank(), n = g.world_size();
+  const size_t count = 4096;
+  std::vector<int32_t> x(count);
+  for (size_t i = 0; i < count; ++i) x[i] = static_cast<int32_t>((me + 1) * (round + 1) + i);
+  void* d = buf.ptr(me);
+  check_cuda(cudaMemcpy(d, x.data(), count * sizeof(int32_t), cudaMemcpyHostToDevice), "upload");
+  symmem::all_reduce(buf, count, symmem::DType::i32, symmem::ReduceOp::sum);
+  check_cuda(cudaMemcpy(x.data(), d, count * sizeof(int32_t), cudaMemcpyDeviceToHost), "download");
+  if (g.aborted()) {  // the kernel was stopped: the next op raises the group's error
+    symmem::all_reduce(buf, count, symmem::DType::i32, symmem::ReduceOp::sum);
+  }
+  const int32_t ranks_sum = n * (n + 1) / 2;
+  for (size_t i = 0; i < count; ++i) {
+    const int32_t want = ranks_sum * (round + 1) + static_cast<int32_t>(i) * n;
+    if (x[i] != want) {
+      throw symmem::Error(symmem::ErrorCode::Internal,
+                          "all_reduce (cuda): wrong value " + std::to_string(x[i]) + " at " +
+                              std::to_string(i) + ", want " + std::to_string(want));
+    }
+  }
+}
+#endif
+
+symmem::SymmetricMemory make_buffer(const symmem::Group& g) {
+#if defined(SYMMEM_RECOVERY_CUDA)
+  if (g_cuda) {
+    int n = 0;
+    check_cuda(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
+    return symmem::allocate(g, 4096 * sizeof(int32_t), symmem::Device::cuda(g.local_rank() % n));
+  }
+#endif
+  return symmem::allocate(g, 4096 * sizeof(int32_t));
+}
+
+void round_on(const symmem::Group& g, symmem::SymmetricMemory& buf, int round) {
+#if defined(SYMMEM_RECOVERY_CUDA)
+  if (g_cuda) return verified_round_cuda(g, buf, round);
+#endif
+  verified_round(g, buf, round);
+}
+
 void verify(const symmem::Group& g, int rounds) {
-  auto buf = symmem::allocate(g, 4096 * sizeof(int32_t));
-  for (int r = 0; r < rounds; ++r) verified_round(g, buf, r);
+  auto buf = make_buffer(g);
+  for (int r = 0; r < rounds; ++r) round_on(g, buf, r);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s shrink|grow SECONDS\n", argv[0]);
+    std::fprintf(stderr, "usage: %s shrink|grow SECONDS [cpu|cuda]\n", argv[0]);
     return 2;
   }
   const std::string mode = argv[1];
   const double seconds = std::atof(argv[2]);
+  g_cuda = argc > 3 && std::string(argv[3]) == "cuda";
+#if !defined(SYMMEM_RECOVERY_CUDA)
+  if (g_cuda) {
+    std::fprintf(stderr, "%s: built without CUDA (use symmem_recovery_worker_cuda)\n", argv[0]);
+    return 2;
+  }
+#endif
   const char* env_rank = std::getenv("RANK");
   const int launcher_rank = env_rank != nullptr ? std::atoi(env_rank) : -1;
   int rank = launcher_rank;
@@ -127,12 +195,12 @@ int main(int argc, char** argv) {
     symmem::SymmetricMemory buf;
     try {
       stage = "loop";
-      buf = symmem::allocate(g, 4096 * sizeof(int32_t));
+      buf = make_buffer(g);
       std::printf("READY rank=%d pid=%d\n", rank, static_cast<int>(getpid()));
       std::fflush(stdout);
       auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
       for (int round = 0; std::chrono::steady_clock::now() < end; ++round) {
-        verified_round(g, buf, round);
+        round_on(g, buf, round);
       }
       std::printf("FAULT-DONE rank=%d\n", rank);
       return 4;

@@ -54,6 +54,15 @@
 // rank, channel and peer, then clears it. A kernel that timed out has not done its work and
 // the pad may hold a stale signal: the allocation should be treated as broken.
 //
+// NOTE [device abort]
+// A wait also gives up when its group is aborted (Group::abort, or the liveness watcher after a
+// peer's process exited: NOTE [liveness watcher] in src/core/abort.hpp). h.abort_word points to
+// the group's abort word, an int32 in host-mapped memory that the host sets to 1; a wait that
+// has lasted kAbortPollAfterNs reads it at each deadline check (a wait shorter than that never
+// reads it, so a working op pays nothing). The record then gets flag kAbortFlagBase +
+// h.abort_slot instead of 1, which the host raises as the group's abort error (Aborted or
+// PeerFailure) instead of Timeout. A null abort_word (a handle built by hand) only times out.
+//
 // NOTE [wait progress]
 // How a wait that lasts tells the host whom it waits for (the host logs it: NOTE [wait reports]
 // in core/wait_report.hpp, and the cuda backend's NOTE [timeout record]). A Deadline may carry a
@@ -103,13 +112,31 @@ inline constexpr int kProgressSlots = 256;
 
 // A point in %globaltimer time after which waits give up, and optionally a wait progress record
 // (NOTE [wait progress]) that waits still spinning at report_ns note themselves in.
+// NOTE [device abort]: how long a wait spins before it looks at the abort word, and the
+// record flag of an aborted wait (kAbortFlagBase + the group's abort slot).
+inline constexpr uint64_t kAbortPollAfterNs = 1000000;  // 1 ms
+inline constexpr int32_t kAbortFlagBase = kDeviceAbortFlagBase;
+
 struct Deadline {
   uint64_t end_ns;
-  uint64_t report_ns = ~0ull;   // %globaltimer time after which a wait notes its progress
-  int32_t* progress = nullptr;  // kProgressSlots vectors in host-mapped memory, or null
+  uint64_t report_ns = ~0ull;       // %globaltimer time after which a wait notes its progress
+  int32_t* progress = nullptr;      // kProgressSlots vectors in host-mapped memory, or null
+  const int32_t* abort = nullptr;   // the group's abort word (NOTE [device abort]), or null
+  uint64_t abort_after_ns = ~0ull;  // %globaltimer time after which `abort` is read
   __device__ static Deadline after(uint64_t timeout_ns);  // 0: kDefaultTimeoutNs
-  __device__ static Deadline of(const DeviceHandle& h) { return after(h.timeout_ns); }
-  __device__ bool expired() const { return globaltimer_ns() > end_ns; }
+  __device__ static Deadline of(const DeviceHandle& h) {
+    return after(h.timeout_ns).with_abort(h.abort_word);
+  }
+  // Past the deadline, or (after kAbortPollAfterNs) the group aborted.
+  __device__ bool expired() const {
+    const uint64_t now = globaltimer_ns();
+    return now > end_ns || (now > abort_after_ns && aborted());
+  }
+  __device__ bool aborted() const {
+    return abort != nullptr && *reinterpret_cast<const volatile int32_t*>(abort) != 0;
+  }
+  // The same deadline, also ended by the abort word `word` (null: unchanged).
+  __device__ Deadline with_abort(const int32_t* word) const;
   // The same deadline with progress notes into `rec` after `report_after_ns` of waiting (from
   // now); a null rec or 0 leaves it without notes.
   __device__ Deadline with_progress(int32_t* rec, uint64_t report_after_ns) const;
@@ -128,8 +155,10 @@ SYMMEM_DEVICE_INLINE uint32_t* signal_slot(const DeviceHandle& h, int owner, int
 // (1); v[1..kVecs) the tail. Returns false (and writes nothing) when rec[0] was already set.
 template <int kVecs>
 SYMMEM_DEVICE_INLINE bool write_record(int32_t* rec, const uint4 (&v)[kVecs]);
-// The timeout record {1, rank, channel, peer} through write_record; no trap, rec not null.
-SYMMEM_DEVICE_INLINE bool write_timeout_record(int32_t* rec, int rank, int channel, int peer);
+// The timeout record {flag, rank, channel, peer} through write_record; no trap, rec not null.
+// flag: 1 timed out, kAbortFlagBase + slot ended by the abort of the group with that abort slot.
+SYMMEM_DEVICE_INLINE bool write_timeout_record(int32_t* rec, int rank, int channel, int peer,
+                                               int32_t flag = 1);
 // Records a timeout (see the NOTE); then traps if SYMMEM_DEVICE_TRAP_ON_TIMEOUT is defined or
 // the record is null. Returns Status::timeout.
 SYMMEM_DEVICE_INLINE Status record_timeout(const DeviceHandle& h, int channel, int peer);

@@ -30,6 +30,15 @@ SYMMEM_DEVICE_INLINE Deadline Deadline::after(uint64_t timeout_ns) {
   return Deadline{globaltimer_ns() + (timeout_ns == 0 ? kDefaultTimeoutNs : timeout_ns)};
 }
 
+SYMMEM_DEVICE_INLINE Deadline Deadline::with_abort(const int32_t* word) const {
+  Deadline d = *this;
+  if (word != nullptr) {
+    d.abort = word;
+    d.abort_after_ns = globaltimer_ns() + kAbortPollAfterNs;
+  }
+  return d;
+}
+
 SYMMEM_DEVICE_INLINE Deadline Deadline::with_progress(int32_t* rec,
                                                       uint64_t report_after_ns) const {
   Deadline d = *this;
@@ -55,7 +64,7 @@ namespace detail {
 SYMMEM_DEVICE_INLINE bool spin_expired(const DeviceHandle& h, Deadline& deadline, bool* noted,
                                        int channel, int peer) {
   const uint64_t now = globaltimer_ns();
-  if (now > deadline.end_ns) {
+  if (now > deadline.end_ns || (now > deadline.abort_after_ns && deadline.aborted())) {
     if (*noted) note_progress(deadline.progress, false, h.rank, channel, peer);
     return true;
   }
@@ -95,16 +104,20 @@ SYMMEM_DEVICE_INLINE bool write_record(int32_t* rec, const uint4 (&v)[kVecs]) {
   return true;
 }
 
-SYMMEM_DEVICE_INLINE bool write_timeout_record(int32_t* rec, int rank, int channel, int peer) {
-  const uint4 v[1] = {make_uint4(1u, static_cast<uint32_t>(rank), static_cast<uint32_t>(channel),
-                                 static_cast<uint32_t>(peer))};
+SYMMEM_DEVICE_INLINE bool write_timeout_record(int32_t* rec, int rank, int channel, int peer,
+                                               int32_t flag) {
+  const uint4 v[1] = {make_uint4(static_cast<uint32_t>(flag), static_cast<uint32_t>(rank),
+                                 static_cast<uint32_t>(channel), static_cast<uint32_t>(peer))};
   return write_record(rec, v);
 }
 
 SYMMEM_DEVICE_INLINE Status record_timeout(const DeviceHandle& h, int channel, int peer) {
   int32_t* rec = h.timeout_record;
   if (rec == nullptr) __trap();
-  (void)write_timeout_record(rec, h.rank, channel, peer);
+  const bool aborted =
+      h.abort_word != nullptr && *reinterpret_cast<const volatile int32_t*>(h.abort_word) != 0;
+  (void)write_timeout_record(rec, h.rank, channel, peer,
+                             aborted ? kAbortFlagBase + h.abort_slot : 1);  // NOTE [device abort]
 #if defined(SYMMEM_DEVICE_TRAP_ON_TIMEOUT)
   __trap();
 #endif

@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kThreads, 2) a2av_kernel(const AllToAllVArgs a
   const int rank = s.rank;
   const int64_t W1 = world + 1;
   const uint32_t epoch = read_epoch(s);
-  const dev::Deadline deadline = deadline_after(s.timeout_ns);
+  const dev::Deadline deadline = deadline_after(s);
   const int64_t G = gridDim.x;
   const int64_t b = blockIdx.x;
   const int64_t es = a.elem_size;

@@ -95,8 +95,10 @@ struct SyncArgs {
   int rank = 0;
   int world = 1;
   uint64_t timeout_ns = 0;  // resolved by the host (cuda::timeout_to_ns), never 0 at a launch
-  int32_t* timeout_record = nullptr;  // DeviceHandle::timeout_record layout, may be null
-  int32_t* error_record = nullptr;    // op error record (below), host-mapped, may be null
+  int32_t* timeout_record = nullptr;    // DeviceHandle::timeout_record layout, may be null
+  int32_t* error_record = nullptr;      // op error record (below), host-mapped, may be null
+  const int32_t* abort_word = nullptr;  // the group's (NOTE [device abort]), may be null
+  int32_t abort_slot = -1;
   // Zero-copy descriptor {send alloc id, send offset, recv alloc id, recv offset} (-1: staged).
   // Barrier kernels publish it before B1 and check after B1 that every rank passed the same
   // (GPU ops have no host-side agreement), NOTE [zero-copy agreement] in cuda_ops.cu.

@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kThreads, 2) ll_kernel(const LLArgs a) {
   }
 
   // Receive.
-  const dev::Deadline deadline = deadline_after(s.timeout_ns);
+  const dev::Deadline deadline = deadline_after(s);
   const char* mine = peer(a.ll, rank) + parity_off;
   const char* own = a.send + rank * a.send_stride;
   bool ok = true;

@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(kThreads, 2) move_kernel(const MoveArgs a) {
   const int world = s.world;
   const int rank = s.rank;
   const uint32_t epoch = read_epoch(s);
-  const dev::Deadline deadline = deadline_after(s.timeout_ns);
+  const dev::Deadline deadline = deadline_after(s);
   const int64_t G = gridDim.x;
   const int64_t b = blockIdx.x;
   const int64_t n = a.bytes;

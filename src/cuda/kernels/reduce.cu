@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(kThreads, 2) reduce_kernel(const ReduceArgs a)
   const int world = kW > 0 ? kW : s.world;
   const int rank = s.rank;
   const uint32_t epoch = read_epoch(s);
-  const dev::Deadline deadline = deadline_after(s.timeout_ns);
+  const dev::Deadline deadline = deadline_after(s);
   const int64_t G = gridDim.x;
   const int64_t b = blockIdx.x;
   const int64_t units = (a.count + kV - 1) / kV;
