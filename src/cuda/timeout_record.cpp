@@ -215,7 +215,7 @@ void raise_device_timeout(std::string_view op, int rank, int32_t current_slot) {
     }
     const detail::AbortState* a = st ? detail::aborted_state(st.get()) : nullptr;
     if (current_slot >= 0 && slot != current_slot) {
-      SYMMEM_LOG(INFO, GPU) << "rank " << rank << ": a GPU wait of another group ("
+      SYMMEM_LOG(WARN, GPU) << "rank " << rank << ": a GPU wait of another group ("
                             << (st ? st->group_name : std::string("gone"))
                             << ") was ended by its abort; not this op's error";
       return;

@@ -44,6 +44,7 @@ struct DeviceInt {
   DeviceInt() {
     cudaMalloc(reinterpret_cast<void**>(&p), sizeof(int));
     cudaMemset(p, 0, sizeof(int));
+    cudaDeviceSynchronize();  // the memset must not land after a kernel on a non-blocking stream
   }
   ~DeviceInt() { cudaFree(p); }
   int get() const {

@@ -63,6 +63,9 @@ class DevBuf {
   DevBuf(size_t bytes, size_t skew = 0) : skew_(skew) {
     cudaMalloc(&base_, bytes + skew + 16);
     cudaMemset(base_, 0xEE, bytes + skew + 16);
+    // cudaMemset may return before it ran, on the legacy stream, which the ops' non-blocking
+    // streams do not wait for: without this the fill could land after an op's result.
+    cudaDeviceSynchronize();
   }
   ~DevBuf() { cudaFree(base_); }
   DevBuf(const DevBuf&) = delete;
