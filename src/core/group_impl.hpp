@@ -66,6 +66,9 @@ struct Group::Impl {
   // Collectives issued on this group by this rank: the op sequence number of the next one
   // (ops.cpp; every rank counts alike, so a rank in another op shows as out of step).
   std::atomic<uint64_t> op_seq{0};
+  // The collective this process is running on this group, or null (NOTE [one thread per group]
+  // in ops.cpp).
+  std::atomic<const char*> busy_op{nullptr};
   // The group's flight recorder (NOTE [flight recorder] in core/trace.hpp); null when off.
   std::unique_ptr<detail::FlightRecorder> recorder;
 

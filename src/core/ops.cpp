@@ -611,11 +611,40 @@ void run_collective_traced(Call& c, const OpOptions& o, Check& check, detail::Tr
     trace.completed();
 }
 
+// NOTE [one thread per group]
+// The collectives of one group in one process run one at a time: every rank must see them in
+// one order, and they share the group's workspace and its signal channels, so two threads
+// issuing them at once would interleave wrongly or wait on each other. A collective (or
+// barrier) entered while another of the same group is running on another thread fails at once
+// with InvalidArgument naming both; nothing was touched. Threads that need ops at the same
+// time use a group each (split() the group, once per thread). GPU ops hold the group only while
+// their host part runs (they are stream-ordered after that; docs/design.md, "Concurrency").
+class GroupBusy {
+ public:
+  GroupBusy(Group::Impl& g, const char* op, int rank) : g_(g) {
+    const char* running = nullptr;
+    if (!g.busy_op.compare_exchange_strong(running, op, std::memory_order_acq_rel)) {
+      throw_error(ErrorCode::InvalidArgument, op, rank,
+                  "group " + g.name + " is running " + running +
+                      " on another thread of this process; the collectives of one group must "
+                      "not overlap: issue them from one thread, or split() a group per thread "
+                      "(docs/design.md, 'Concurrency')");
+    }
+  }
+  ~GroupBusy() { g_.busy_op.store(nullptr, std::memory_order_release); }
+  GroupBusy(const GroupBusy&) = delete;
+  GroupBusy& operator=(const GroupBusy&) = delete;
+
+ private:
+  Group::Impl& g_;
+};
+
 template <class Check>
 void run_collective(Call& c, const OpOptions& o, Check&& check) {
   if (!c.group || !c.group->valid())
     throw_invalid_argument(c.op, -1, "group", "is not a valid group (default-constructed?)");
   detail::check_not_aborted(c.group->impl()->abort.get(), c.op, c.group->rank());
+  GroupBusy busy(*c.group->impl(), c.op, c.group->rank());
   detail::TraceScope trace(c.group->impl()->recorder.get());
   if (trace.active()) trace.begin(trace_op(c));
   try {
@@ -927,6 +956,7 @@ void barrier(const Group& group, const OpOptions& options) {
   if (!group.valid()) throw_invalid_argument("barrier", -1, "group", "is not a valid group");
   c.rank = group.rank();
   detail::check_not_aborted(group.impl()->abort.get(), c.op, c.rank);
+  GroupBusy busy(*group.impl(), c.op, c.rank);
   c.world = group.world_size();
   detail::TraceScope trace(group.impl()->recorder.get());
   if (trace.active()) trace.begin(trace_op(c));

@@ -207,6 +207,54 @@ TEST(HostRecovery, GrowTakesAJoiner) {
   expect_no_errors(errors);
 }
 
+// NOTE [one thread per group]: a second thread's collective on a group that is running one fails
+// at once, and the first completes.
+TEST(HostRecovery, OverlappingCollectivesFromTwoThreadsFailAtOnce) {
+  auto errors = run_ranks(2, [&](Group& g) {
+    auto buf = allocate(g, 4096);
+    auto* x = static_cast<float*>(buf.ptr(g.rank()));
+    x[0] = 1.0f;
+    if (g.rank() == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      all_reduce(buf, 1, DType::f32, ReduceOp::sum);
+      EXPECT_EQ(x[0], 2.0f);
+      return;
+    }
+    std::thread second([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the first op is waiting
+      const auto t0 = Clock::now();
+      expect_error([&] { barrier(g); }, ErrorCode::InvalidArgument,
+                   {"another thread", "all_reduce", "split()"});
+      EXPECT_LT(ms_since(t0), 1000.0);  // at once: no wait on anyone
+    });
+    all_reduce(buf, 1, DType::f32, ReduceOp::sum);  // waits for rank 1's
+    EXPECT_EQ(x[0], 2.0f);
+    second.join();
+  });
+  expect_no_errors(errors);
+}
+
+// The way to run collectives from two threads at once: a group each.
+TEST(HostRecovery, TwoThreadsWithAGroupEachRunAtOnce) {
+  auto errors = run_ranks(2, [&](Group& g) {
+    Group a = g.split({0, 1});
+    Group b = g.split({0, 1});  // a second subgroup of the same ranks
+    auto run = [](const Group& sub, float v) {
+      auto buf = allocate(sub, 4096);
+      auto* x = static_cast<float*>(buf.ptr(sub.rank()));
+      for (int round = 0; round < 50; ++round) {
+        x[0] = v;
+        all_reduce(buf, 1, DType::f32, ReduceOp::sum);
+        ASSERT_EQ(x[0], 2 * v);
+      }
+    };
+    std::thread t([&] { run(b, 3.0f); });
+    run(a, 1.0f);
+    t.join();
+  });
+  expect_no_errors(errors);
+}
+
 TEST(HostRecovery, FailedRanksIsEmptyWhileAllLive) {
   auto errors = run_ranks(2, [&](Group& g) { EXPECT_TRUE(g.failed_ranks().empty()); });
   expect_no_errors(errors);
