@@ -47,6 +47,26 @@ def alive(pid):
         return False
 
 
+def leftovers(sock_dir, pids, shm_before):
+    """What a finished job left behind: files in its socket dir, live processes, new /dev/shm
+    files. Removes the (empty) socket dir."""
+    problems = []
+    left = [os.path.join(root, n) for root, dirs, files in os.walk(sock_dir) for n in dirs + files]
+    if left:
+        problems.append(f"left behind in the socket dir: {left}")
+    for pid in pids:
+        if pid and alive(pid):
+            problems.append(f"process {pid} still alive")
+    shm_after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    if shm_after - shm_before:
+        problems.append(f"new files in /dev/shm: {sorted(shm_after - shm_before)}")
+    try:
+        os.rmdir(sock_dir)
+    except OSError:
+        pass
+    return problems
+
+
 def run_trial(args, trial, rng):
     mode = MODES[trial % len(MODES)]
     victim = rng.randrange(args.ranks)
@@ -145,22 +165,7 @@ def run_trial(args, trial, rng):
         problems.append("symmem-run exited 0")
     if not any(re.search(rf"symmem-run: rank {victim} .*(signal 9|Killed)", e) for e in errs):
         problems.append(f"no symmem-run summary naming rank {victim}: {errs[-3:]}")
-    left = []
-    for root, dirs, files in os.walk(sock_dir):
-        for name in dirs + files:
-            left.append(os.path.join(root, name))
-    if left:
-        problems.append(f"left behind in the socket dir: {left}")
-    for pid in [victim_pid] + list(ready.values()):
-        if pid and alive(pid):
-            problems.append(f"process {pid} still alive")
-    shm_after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-    if shm_after - shm_before:
-        problems.append(f"new files in /dev/shm: {sorted(shm_after - shm_before)}")
-    try:
-        os.rmdir(sock_dir)
-    except OSError:
-        pass
+    problems += leftovers(sock_dir, [victim_pid] + list(ready.values()), shm_before)
     return {"trial": trial, "mode": mode, "victim": victim, "rc": rc, "times_ms": times,
             "codes": sorted({v[0] for v in results.values()}), "problems": problems,
             "stderr_tail": errs[-5:] if problems else []}

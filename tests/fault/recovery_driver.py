@@ -30,7 +30,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fault_driver import alive  # noqa: E402
+from fault_driver import leftovers  # noqa: E402
 
 
 def pct(xs, p):
@@ -136,19 +136,7 @@ def run_trial(args, trial, rng, grow):
             problems.append(line[:400])
     if rc != 0:
         problems.append(f"symmem-run exited {rc}")
-    left = [os.path.join(root, n) for root, dirs, files in os.walk(sock_dir) for n in dirs + files]
-    if left:
-        problems.append(f"left behind in the socket dir: {left}")
-    for pid in pids:
-        if alive(pid):
-            problems.append(f"process {pid} still alive")
-    shm_after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-    if shm_after - shm_before:
-        problems.append(f"new files in /dev/shm: {sorted(shm_after - shm_before)}")
-    try:
-        os.rmdir(sock_dir)
-    except OSError:
-        pass
+    problems += leftovers(sock_dir, pids, shm_before)
     return {"trial": trial, "grow": grow, "victim": victim, "rc": rc, "to_error_ms": to_error,
             "to_shrunk_ms": to_shrunk, "to_grown_ms": to_grown, "problems": problems,
             "tail": (lines[-8:] + errs[-5:]) if problems else []}

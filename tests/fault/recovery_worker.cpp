@@ -58,6 +58,19 @@ std::string list(const std::vector<int>& v) {
   return s.empty() ? "-" : s;
 }
 
+// x[i] after the all-reduce of round `round` over n ranks, where rank r put (r+1)(round+1) + i.
+void check_sum(const int32_t* x, size_t count, int n, int round, const char* what) {
+  const int32_t ranks_sum = n * (n + 1) / 2;
+  for (size_t i = 0; i < count; ++i) {
+    const int32_t want = ranks_sum * (round + 1) + static_cast<int32_t>(i) * n;
+    if (x[i] != want) {
+      throw symmem::Error(symmem::ErrorCode::Internal,
+                          std::string(what) + ": wrong value " + std::to_string(x[i]) + " at " +
+                              std::to_string(i) + ", want " + std::to_string(want));
+    }
+  }
+}
+
 // One verified all-reduce and one verified all_to_all_v on `g`, with values that depend on the
 // round and on every rank, so a stale or partial result shows. Throws on a wrong value.
 void verified_round(const symmem::Group& g, symmem::SymmetricMemory& buf, int round) {
@@ -66,15 +79,7 @@ void verified_round(const symmem::Group& g, symmem::SymmetricMemory& buf, int ro
   auto* x = static_cast<int32_t*>(buf.ptr(me));
   for (size_t i = 0; i < count; ++i) x[i] = static_cast<int32_t>((me + 1) * (round + 1) + i);
   symmem::all_reduce(buf, count, symmem::DType::i32, symmem::ReduceOp::sum);
-  const int32_t ranks_sum = n * (n + 1) / 2;
-  for (size_t i = 0; i < count; ++i) {
-    const int32_t want = ranks_sum * (round + 1) + static_cast<int32_t>(i) * n;
-    if (x[i] != want) {
-      throw symmem::Error(symmem::ErrorCode::Internal,
-                          "all_reduce: wrong value " + std::to_string(x[i]) + " at " +
-                              std::to_string(i) + ", want " + std::to_string(want));
-    }
-  }
+  check_sum(x, count, n, round, "all_reduce");
   // all_to_all_v: rank s sends (s + d + round) % 5 + 1 elements, all equal to 1000 * s + d,
   // to rank d.
   std::vector<int64_t> send_counts(n), recv_counts(n), recv_offsets(n);
@@ -125,15 +130,7 @@ void verified_round_cuda(const symmem::Group& g, symmem::SymmetricMemory& buf, i
   if (g.aborted()) {  // the kernel was stopped: the next op raises the group's error
     symmem::all_reduce(buf, count, symmem::DType::i32, symmem::ReduceOp::sum);
   }
-  const int32_t ranks_sum = n * (n + 1) / 2;
-  for (size_t i = 0; i < count; ++i) {
-    const int32_t want = ranks_sum * (round + 1) + static_cast<int32_t>(i) * n;
-    if (x[i] != want) {
-      throw symmem::Error(symmem::ErrorCode::Internal,
-                          "all_reduce (cuda): wrong value " + std::to_string(x[i]) + " at " +
-                              std::to_string(i) + ", want " + std::to_string(want));
-    }
-  }
+  check_sum(x.data(), count, n, round, "all_reduce (cuda)");
 }
 #endif
 
