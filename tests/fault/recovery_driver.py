@@ -139,7 +139,7 @@ def run_trial(args, trial, rng, grow):
     problems += leftovers(sock_dir, pids, shm_before)
     return {"trial": trial, "grow": grow, "victim": victim, "rc": rc, "to_error_ms": to_error,
             "to_shrunk_ms": to_shrunk, "to_grown_ms": to_grown, "problems": problems,
-            "tail": (lines[-8:] + errs[-5:]) if problems else []}
+            "tail": (lines[-12:] + errs[-20:]) if problems else []}
 
 
 def summary(name, xs):

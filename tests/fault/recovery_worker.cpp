@@ -9,6 +9,7 @@
 // verifies with the survivors. Lines (CLOCK_MONOTONIC ns):
 //   READY rank=<r> pid=<pid>
 //   FAULT-RESULT rank=<r> code=<ErrorCode> mono_ns=<t> what=<message>
+//   FREED rank=<r> mono_ns=<t>                                          (old memory freed)
 //   SHRUNK rank=<r> new_rank=<n> world=<w> failed=<list> mono_ns=<t>   (shrink() returned)
 //   RECOVERED rank=<r> world=<w> mono_ns=<t>                            (verified on it)
 //   GROWN rank=<r> new_rank=<n> world=<w> mono_ns=<t>                   (verified after grow)
@@ -208,8 +209,11 @@ int main(int argc, char** argv) {
                   symmem::to_string(e.code()), mono_ns(), one_line(e.what()).c_str());
       std::fflush(stdout);
     }
-    stage = "shrink";
+    stage = "free";
     buf = symmem::SymmetricMemory();  // memory of the old group goes with it
+    std::printf("FREED rank=%d mono_ns=%lld\n", rank, mono_ns());  // where time goes, if it does
+    std::fflush(stdout);
+    stage = "shrink";
     const std::vector<int> failed = g.failed_ranks();
     symmem::Group small = g.shrink(failed);
     std::printf("SHRUNK rank=%d new_rank=%d world=%d failed=%s mono_ns=%lld\n", rank, small.rank(),
