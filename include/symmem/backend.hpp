@@ -25,8 +25,9 @@
 
 namespace symmem {
 
-inline constexpr int kPluginAbiVersion = 3;  // 2: BackendMemory::check_peers_alive; 3: what a
-                                             // backend serves is data (OpSupport)
+inline constexpr int kPluginAbiVersion = 4;  // 2: BackendMemory::check_peers_alive; 3: what a
+                                             // backend serves is data (OpSupport); 4:
+                                             // BackendMemory::signal_op and wait_until
 
 // One allocation, rendezvoused over one group (the whole allocation, not a view).
 class SYMMEM_API BackendMemory {
@@ -53,6 +54,10 @@ class SYMMEM_API BackendMemory {
   // whose release is local may outlive free() while a DLPack consumer still views it
   // (NOTE [free with live views] in memory.hpp).
   virtual bool release_is_collective() const { return false; }
+  // NVSHMEM-style signals on raw pad slots (SymmetricMemory::signal_op / wait_until; the core
+  // checks peer, slot and op). The default: Unsupported naming the backends that have them.
+  virtual void signal_op(int peer, size_t slot, uint32_t value, SignalOp op, Stream stream);
+  virtual uint32_t wait_until(size_t slot, Cmp cmp, uint32_t value, Millis timeout, Stream stream);
 };
 
 struct RendezvousInfo {

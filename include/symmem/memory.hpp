@@ -77,6 +77,22 @@ class SYMMEM_API SymmetricMemory {
   void wait_signal(int src, int channel = 0, Millis timeout = kDefaultTimeout,
                    Stream stream = nullptr) const;
 
+  // Signals in NVSHMEM's terms (nvshmemx_signal_op, nvshmem_signal_wait_until) on raw slots of
+  // the signal pad: `slot` in [0, signal_pad_bytes() / 4). The pad is shared with barrier /
+  // put_signal / wait_signal, which use slot channel * world_size + src: give signals channels
+  // of their own (slot = channel * world_size + k). signal_op sets (SignalOp::set) or adds to
+  // (SignalOp::add, wrapping) slot `slot` of rank `peer`'s pad, with release order: what this
+  // rank wrote before (to any memory) is visible to the peer once its wait sees the value.
+  // wait_until waits until this rank's slot `slot` compares `cmp` to `value` (unsigned), with
+  // acquire order, and returns the value it saw; it neither resets nor consumes the slot.
+  // Errors and timeouts are those of barrier (Timeout names the slot, the comparison and the
+  // value held; a dead peer is a PeerFailure; an aborted group Aborted). Host backend so far
+  // (GPU backends: Unsupported).
+  void signal_op(int peer, size_t slot, uint32_t value, SignalOp op = SignalOp::set,
+                 Stream stream = nullptr) const;
+  uint32_t wait_until(size_t slot, Cmp cmp, uint32_t value, Millis timeout = kDefaultTimeout,
+                      Stream stream = nullptr) const;
+
   // The trivially-copyable handle for kernels (GPU backends).
   DeviceHandle device_handle() const;
 

@@ -89,6 +89,32 @@ inline bool gpu_reduces(DType t) noexcept {
 
 enum class ReduceOp : int { sum = 0, avg = 1, min = 2, max = 3 };
 enum class Algo : int { automatic = 0, one_shot = 1, two_shot = 2 };
+// Signals (SymmetricMemory::signal_op / wait_until), NVSHMEM's NVSHMEM_SIGNAL_SET/ADD and
+// NVSHMEM_CMP_EQ/NE/GT/GE/LT/LE.
+enum class SignalOp : int { set = 0, add = 1 };
+enum class Cmp : int { eq = 0, ne = 1, gt = 2, ge = 3, lt = 4, le = 5 };
+SYMMEM_API const char* to_string(SignalOp op) noexcept;  // "set", "add"
+SYMMEM_API const char* to_string(Cmp cmp) noexcept;      // "eq", ... "le"
+SYMMEM_API SignalOp parse_signal_op(std::string_view name, std::string_view what = "op");
+SYMMEM_API Cmp parse_cmp(std::string_view name, std::string_view what = "cmp");
+// Whether `v` compares `cmp` to `value` (unsigned).
+inline bool compares(uint32_t v, Cmp cmp, uint32_t value) noexcept {
+  switch (cmp) {
+    case Cmp::eq:
+      return v == value;
+    case Cmp::ne:
+      return v != value;
+    case Cmp::gt:
+      return v > value;
+    case Cmp::ge:
+      return v >= value;
+    case Cmp::lt:
+      return v < value;
+    case Cmp::le:
+      return v <= value;
+  }
+  return false;
+}
 
 SYMMEM_API size_t dtype_size(DType t);               // InvalidArgument for an unknown value
 SYMMEM_API const char* to_string(DType t) noexcept;  // the short name "f32", ... or "unknown"

@@ -392,7 +392,41 @@ void bind_sync(C& cls, const SymmetricMemory& (*get)(const typename C::Type&)) {
             m.wait_signal(src, channel, t, s);
           },
           "src"_a, "channel"_a = 0, "timeout"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
-          "Waits until src raised slot (channel, src) of this rank's pad, then resets it.");
+          "Waits until src raised slot (channel, src) of this rank's pad, then resets it.")
+      .def(
+          "signal_op",
+          [get](const typename C::Type& self, int peer, size_t slot, uint32_t value,
+                const std::string& op, nb::handle stream) {
+            const SymmetricMemory& m = get(self);
+            const SignalOp o = parse_signal_op(op, "op");
+            Stream s = op_stream(stream, m.device(), "signal_op");
+            nb::gil_scoped_release r;
+            m.signal_op(peer, slot, value, o, s);
+          },
+          "peer"_a, "slot"_a, "value"_a, "op"_a = "set", "stream"_a.none() = nb::none(),
+          nb::sig("def signal_op(self, peer: int, slot: int, value: int, op: str = 'set', "
+                  "stream: object | None = None) -> None"),
+          "NVSHMEM's signal_op: slot `slot` of peer's signal pad becomes `value` (op='set') or "
+          "grows by it (op='add', wrapping), ordered after this rank's earlier writes.")
+      .def(
+          "wait_until",
+          [get](const typename C::Type& self, size_t slot, const std::string& cmp, uint32_t value,
+                nb::handle timeout, nb::handle stream) {
+            const SymmetricMemory& m = get(self);
+            const Cmp c = parse_cmp(cmp, "cmp");
+            Millis t = to_timeout(timeout, "wait_until");
+            Stream s = op_stream(stream, m.device(), "wait_until");
+            nb::gil_scoped_release r;
+            return m.wait_until(slot, c, value, t, s);
+          },
+          "slot"_a, "cmp"_a, "value"_a, "timeout"_a.none() = nb::none(),
+          "stream"_a.none() = nb::none(),
+          nb::sig("def wait_until(self, slot: int, cmp: str, value: int, "
+                  "timeout: float | datetime.timedelta | None = None, "
+                  "stream: object | None = None) -> int"),
+          "NVSHMEM's signal_wait_until: waits until slot `slot` of this rank's pad compares "
+          "`cmp` ('eq', 'ne', 'gt', 'ge', 'lt', 'le') to `value`; returns the value seen. "
+          "Errors and timeouts are those of barrier.");
 }
 
 const SymmetricMemory& mem_of_mem(const SymmetricMemory& m) {

@@ -394,6 +394,16 @@ class SymmetricMemory:
         Waits until src raised slot (channel, src) of this rank's pad, then resets it.
         """
 
+    def signal_op(self, peer: int, slot: int, value: int, op: str = 'set', stream: object | None = None) -> None:
+        """
+        NVSHMEM's signal_op: slot `slot` of peer's signal pad becomes `value` (op='set') or grows by it (op='add', wrapping), ordered after this rank's earlier writes.
+        """
+
+    def wait_until(self, slot: int, cmp: str, value: int, timeout: float | datetime.timedelta | None = None, stream: object | None = None) -> int:
+        """
+        NVSHMEM's signal_wait_until: waits until slot `slot` of this rank's pad compares `cmp` ('eq', 'ne', 'gt', 'ge', 'lt', 'le') to `value`; returns the value seen. Errors and timeouts are those of barrier.
+        """
+
 class SymmetricArray:
     """
     An n-d array in symmetric memory (C order). Consumers see it without a copy through DLPack: numpy.from_dlpack(a), torch.from_dlpack(a), cupy.from_dlpack(a), jax.dlpack.from_dlpack(a). The memory lives while the array or any consumer does; after free() a consumer's view stays mapped (host, cuda) until it goes.
@@ -490,6 +500,16 @@ class SymmetricArray:
     def wait_signal(self, src: int, channel: int = 0, timeout: object | None = None, stream: object | None = None) -> None:
         """
         Waits until src raised slot (channel, src) of this rank's pad, then resets it.
+        """
+
+    def signal_op(self, peer: int, slot: int, value: int, op: str = 'set', stream: object | None = None) -> None:
+        """
+        NVSHMEM's signal_op: slot `slot` of peer's signal pad becomes `value` (op='set') or grows by it (op='add', wrapping), ordered after this rank's earlier writes.
+        """
+
+    def wait_until(self, slot: int, cmp: str, value: int, timeout: float | datetime.timedelta | None = None, stream: object | None = None) -> int:
+        """
+        NVSHMEM's signal_wait_until: waits until slot `slot` of this rank's pad compares `cmp` ('eq', 'ne', 'gt', 'ge', 'lt', 'le') to `value`; returns the value seen. Errors and timeouts are those of barrier.
         """
 
 def allocate(group: Group | None, nbytes: int, device: str | int | object = 'cpu', backend: str | None = None, signal_pad_bytes: int = 0) -> SymmetricMemory:

@@ -229,3 +229,27 @@ def test_size_mismatch_is_invalid_argument(g):
     with pytest.raises(symmem.InvalidArgument):
         symmem.empty((10 + g.rank,), dtype="float32", group=g)
     g.store_barrier()
+
+
+def test_signals_nvshmem_style(g):
+    # signal_op / wait_until on raw pad slots: a ring, each rank signals the next one.
+    b = symmem.empty((16,), dtype="float32", group=g)
+    n, r = g.world_size, g.rank
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    np.from_dlpack(b)[:] = r  # written before the signal: visible once the next rank sees it
+    b.signal_op(nxt, 100 + r, 7)
+    assert b.wait_until(100 + prv, "eq", 7, timeout=30) == 7
+    assert (np.from_dlpack(b.peer(prv)) == prv).all()
+    b.signal_op(nxt, 200 + r, 5, op="add")
+    b.signal_op(nxt, 200 + r, 5, op="add")
+    assert b.wait_until(200 + prv, "ge", 10, timeout=30) == 10
+    assert b.wait_until(200 + prv, "gt", 9) == 10 and b.wait_until(200 + prv, "ne", 0) == 10
+    b.signal_op(r, 300, 3)
+    assert b.wait_until(300, "lt", 4) == 3 and b.wait_until(300, "le", 3) == 3
+    with pytest.raises(symmem.Timeout, match="slot 301"):
+        b.wait_until(301, "eq", 1, timeout=0.2)
+    with pytest.raises(symmem.InvalidArgument, match="cmp"):
+        b.wait_until(301, "gte", 1)
+    with pytest.raises(symmem.InvalidArgument, match="slot"):
+        b.signal_op(nxt, 1 << 30, 1)
+    g.store_barrier()

@@ -619,6 +619,44 @@ void SymmetricMemory::wait_signal(int src, int channel, Millis timeout, Stream s
   a.mem->wait_signal(src, channel, detail::resolve_timeout(timeout, a.timeout), stream);
 }
 
+namespace {
+// A raw pad slot of `a` (signal_op / wait_until).
+void check_slot(const detail::Allocation& a, std::string_view op, size_t slot) {
+  const size_t slots = a.pad_bytes / sizeof(uint32_t);
+  if (slot >= slots) {
+    throw_invalid_argument(op, a.rank, "slot",
+                           "is " + std::to_string(slot) + "; the signal pad of " + a.label +
+                               " has slots 0.." + std::to_string(slots - 1) +
+                               " (SYMMEM_SIGNAL_PAD_BYTES / 4)");
+  }
+}
+}  // namespace
+
+void SymmetricMemory::signal_op(int peer, size_t slot, uint32_t value, SignalOp op,
+                                Stream stream) const {
+  const auto& a = live(impl_, "signal_op");
+  check_peer(a, "signal_op", "peer", peer);
+  check_slot(a, "signal_op", slot);
+  if (op != SignalOp::set && op != SignalOp::add) {
+    throw_invalid_argument(
+        "signal_op", a.rank, "op",
+        "has unknown value " + std::to_string(static_cast<int>(op)) + " (set, add)");
+  }
+  a.mem->signal_op(peer, slot, value, op, stream);
+}
+
+uint32_t SymmetricMemory::wait_until(size_t slot, Cmp cmp, uint32_t value, Millis timeout,
+                                     Stream stream) const {
+  const auto& a = live(impl_, "wait_until");
+  check_slot(a, "wait_until", slot);
+  if (static_cast<unsigned>(cmp) > static_cast<unsigned>(Cmp::le)) {
+    throw_invalid_argument(
+        "wait_until", a.rank, "cmp",
+        "has unknown value " + std::to_string(static_cast<int>(cmp)) + " (eq, ne, gt, ge, lt, le)");
+  }
+  return a.mem->wait_until(slot, cmp, value, detail::resolve_timeout(timeout, a.timeout), stream);
+}
+
 DeviceHandle SymmetricMemory::device_handle() const {
   const auto& a = live(impl_, "SymmetricMemory::device_handle");
   DeviceHandle h = a.mem->device_handle(impl_->offset, impl_->length);

@@ -114,4 +114,35 @@ Algo parse_algo(std::string_view n, std::string_view what) {
                          "'" + std::string(n) + "' is not an algorithm (auto, one_shot, two_shot)");
 }
 
+namespace {
+constexpr const char* kSignalOps[] = {"set", "add"};
+constexpr const char* kCmps[] = {"eq", "ne", "gt", "ge", "lt", "le"};
+}  // namespace
+
+const char* to_string(SignalOp op) noexcept {
+  const auto i = static_cast<unsigned>(op);
+  return i < 2 ? kSignalOps[i] : "unknown";
+}
+
+const char* to_string(Cmp cmp) noexcept {
+  const auto i = static_cast<unsigned>(cmp);
+  return i < 6 ? kCmps[i] : "unknown";
+}
+
+SignalOp parse_signal_op(std::string_view n, std::string_view what) {
+  for (int i = 0; i < 2; ++i) {
+    if (n == kSignalOps[i]) return static_cast<SignalOp>(i);
+  }
+  throw_invalid_argument("parse_signal_op", -1, what,
+                         "'" + std::string(n) + "' is not a signal op (set, add)");
+}
+
+Cmp parse_cmp(std::string_view n, std::string_view what) {
+  for (int i = 0; i < 6; ++i) {
+    if (n == kCmps[i]) return static_cast<Cmp>(i);
+  }
+  throw_invalid_argument("parse_cmp", -1, what,
+                         "'" + std::string(n) + "' is not a comparison (eq, ne, gt, ge, lt, le)");
+}
+
 }  // namespace symmem

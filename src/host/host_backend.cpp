@@ -202,6 +202,40 @@ class HostMemory final : public BackendMemory {
         });
   }
 
+  // NVSHMEM-style signals on raw slots (SymmetricMemory::signal_op / wait_until).
+  void signal_op(int peer, size_t slot, uint32_t value, SignalOp op, Stream) override {
+    std::atomic_ref<uint32_t> s(signal_pad(peer)[slot]);
+    if (op == SignalOp::add) {
+      s.fetch_add(value, std::memory_order_release);
+    } else {
+      s.store(value, std::memory_order_release);
+    }
+    ring(ctrl(peer));
+  }
+
+  uint32_t wait_until(size_t slot, Cmp cmp, uint32_t value, Millis timeout, Stream) override {
+    std::atomic_ref<uint32_t> s(signal_pad(rank_)[slot]);
+    uint32_t seen = 0;
+    try {
+      wait(
+          "wait_until", -1, timeout,
+          [&] {
+            seen = s.load(std::memory_order_acquire);
+            return compares(seen, cmp, value);
+          },
+          [](std::vector<Pending>*) {}, /*whole_group=*/true);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::Timeout) throw;
+      std::ostringstream os;
+      os << "timed out after " << timeout.count() << " ms waiting for slot " << slot
+         << " of this rank's signal pad (" << label_ << ") to be " << to_string(cmp) << " " << value
+         << "; it holds " << s.load(std::memory_order_acquire)
+         << " (no peer made it so: is every rank running the same sequence of signals?)";
+      throw_error(ErrorCode::Timeout, "wait_until", rank_, os.str());
+    }
+    return seen;
+  }
+
   void barrier(int channel, Millis timeout, Stream) override {
     if (world_ == 1) return;
     // need[p]: bit 0 = our signal to p not yet placed, bit 1 = p's signal not yet consumed.
