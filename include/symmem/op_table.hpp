@@ -155,6 +155,8 @@ struct OpSet {
 };
 #define SYMMEM_DTYPE_BIT_ALL_(id, value, ...) | (uint64_t{1} << (value))
 #define SYMMEM_DTYPE_BIT_GPU_(id, value, size, dl, kind, gpu, ...) | (uint64_t{gpu} << (value))
+#define SYMMEM_DTYPE_BIT_RED_(id, value, size, dl, kind, gpu, nccl, name, a1, a2, red) \
+  | (uint64_t{red} << (value))
 struct DTypeSet {
   uint64_t bits = 0;
   // Every row of the dtype table.
@@ -164,6 +166,8 @@ struct DTypeSet {
   static constexpr DTypeSet gpu_reducible() {
     return DTypeSet{0 SYMMEM_DTYPES(SYMMEM_DTYPE_BIT_GPU_)};
   }
+  // The rows whose `red` column is 1: what reductions take.
+  static constexpr DTypeSet reducible() { return DTypeSet{0 SYMMEM_DTYPES(SYMMEM_DTYPE_BIT_RED_)}; }
   constexpr bool has(DType t) const {
     const auto v = static_cast<unsigned>(t);
     return v < 64 && ((bits >> v) & 1u) != 0;
@@ -171,6 +175,7 @@ struct DTypeSet {
 };
 #undef SYMMEM_DTYPE_BIT_ALL_
 #undef SYMMEM_DTYPE_BIT_GPU_
+#undef SYMMEM_DTYPE_BIT_RED_
 struct DeviceTypeSet {
   uint32_t bits = 0;
   static constexpr DeviceTypeSet of(DeviceType t) {

@@ -34,24 +34,37 @@ using Stream = void*;
 // dtype"). Columns:
 //   id      enumerator (the short name)     value  stable integer value (ABI; never reused)
 //   size    bytes per element               dl     DLPack type code (DLDataTypeCode)
-//   kind    F float, I signed integer       gpu    1 when the library's CUDA kernels reduce it
-//   nccl    ncclDataType_t enumerator suffix (ncclFloat32, ...), expanded only by the nccl plugin
+//   kind    F float, I signed integer, U unsigned integer, B bool, C complex
+//   gpu     1 when the library's CUDA kernels reduce it (and the GPU backends serve it)
+//   nccl    ncclDataType_t enumerator suffix (ncclFloat32, ...) of the rows with gpu 1, expanded
+//           only by the nccl plugin; "None" where NCCL has no such type
 //   name    the canonical long name (torch's and numpy's, and DLPack consumers')
 //   alias1, alias2  further accepted names ("" when none)
+//   red     1 when reductions (all_reduce, reduce_scatter) take it; rows with 0 only move bytes
+//           (all_gather, all_to_all(_v), broadcast; put/get take bytes anyway)
 // Reductions of every float type accumulate in f32 (f64 in f64) and round once at the end;
 // integer sums are exact and wrap (two's complement), integer avg is the wrapped sum divided by
 // the world size, truncated toward zero (C++ integer division), on every backend.
 // clang-format off
 #define SYMMEM_DTYPES(X)                                                                      \
-  /* id     value size dl  kind gpu nccl        name             alias1     alias2  */        \
-  X(f32,    0,    4,   2,  F,   1,  Float32,    "float32",       "float",   "")               \
-  X(f64,    1,    8,   2,  F,   1,  Float64,    "float64",       "double",  "")               \
-  X(f16,    2,    2,   2,  F,   1,  Float16,    "float16",       "half",    "")               \
-  X(bf16,   3,    2,   4,  F,   1,  Bfloat16,   "bfloat16",      "",        "")               \
-  X(i32,    4,    4,   0,  I,   1,  Int32,      "int32",         "int",     "")               \
-  X(i64,    5,    8,   0,  I,   1,  Int64,      "int64",         "long",    "")               \
-  X(f8e4m3, 6,    1,   10, F,   1,  Float8e4m3, "float8_e4m3fn", "e4m3",    "fp8_e4m3")       \
-  X(f8e5m2, 7,    1,   12, F,   1,  Float8e5m2, "float8_e5m2",   "e5m2",    "fp8_e5m2")
+  /* id     value size dl  kind gpu nccl        name             alias1     alias2      red */\
+  X(f32,    0,    4,   2,  F,   1,  Float32,    "float32",       "float",   "",         1)    \
+  X(f64,    1,    8,   2,  F,   1,  Float64,    "float64",       "double",  "",         1)    \
+  X(f16,    2,    2,   2,  F,   1,  Float16,    "float16",       "half",    "",         1)    \
+  X(bf16,   3,    2,   4,  F,   1,  Bfloat16,   "bfloat16",      "",        "",         1)    \
+  X(i32,    4,    4,   0,  I,   1,  Int32,      "int32",         "int",     "",         1)    \
+  X(i64,    5,    8,   0,  I,   1,  Int64,      "int64",         "long",    "",         1)    \
+  X(f8e4m3, 6,    1,   10, F,   1,  Float8e4m3, "float8_e4m3fn", "e4m3",    "fp8_e4m3", 1)    \
+  X(f8e5m2, 7,    1,   12, F,   1,  Float8e5m2, "float8_e5m2",   "e5m2",    "fp8_e5m2", 1)    \
+  X(u8,     8,    1,   1,  U,   0,  None,       "uint8",         "",        "",         0)    \
+  X(i8,     9,    1,   0,  I,   0,  None,       "int8",          "",        "",         0)    \
+  X(b8,     10,   1,   6,  B,   0,  None,       "bool",          "",        "",         0)    \
+  X(i16,    11,   2,   0,  I,   0,  None,       "int16",         "short",   "",         0)    \
+  X(u16,    12,   2,   1,  U,   0,  None,       "uint16",        "",        "",         0)    \
+  X(u32,    13,   4,   1,  U,   0,  None,       "uint32",        "",        "",         0)    \
+  X(u64,    14,   8,   1,  U,   0,  None,       "uint64",        "",        "",         0)    \
+  X(c64,    15,   8,   5,  C,   0,  None,       "complex64",     "cfloat",  "",         0)    \
+  X(c128,   16,   16,  5,  C,   0,  None,       "complex128",    "cdouble", "",         0)
 // clang-format on
 
 enum class DType : int {
@@ -71,6 +84,7 @@ struct DTypeInfo {
   uint8_t dlpack_code;  // DLPack type code; dlpack bits = 8 * size
   bool is_float;
   bool gpu_reduce;  // the library's CUDA kernels reduce it
+  bool reducible;   // reductions take it (the table's `red` column)
 };
 // Every row, in table order (the table's length is dtype_table_size).
 SYMMEM_API const DTypeInfo* dtype_table() noexcept;

@@ -227,18 +227,6 @@ Device to_device(nb::handle d, const Group* group, const char* op) {
 
 namespace {
 
-struct DTypeName {
-  const char* name;
-  dl::DataType t;
-};
-// Element types an array may have beyond symmem's dtypes (NOTE [dtype table]): views and byte
-// buffers, never reduced.
-const DTypeName kStorageOnly[] = {
-    {"int8", {dl::kInt, 8, 1}},     {"int16", {dl::kInt, 16, 1}},   {"uint8", {dl::kUInt, 8, 1}},
-    {"uint16", {dl::kUInt, 16, 1}}, {"uint32", {dl::kUInt, 32, 1}}, {"uint64", {dl::kUInt, 64, 1}},
-    {"bool", {dl::kBool, 8, 1}},
-};
-
 dl::DataType dl_type(const DTypeInfo& row) {
   return {row.dlpack_code, static_cast<uint8_t>(8 * row.size), 1};
 }
@@ -250,7 +238,6 @@ bool same(dl::DataType a, dl::DataType b) {
 std::string dtype_names() {
   std::string s;
   for (size_t i = 0; i < dtype_table_size(); ++i) s += std::string(dtype_table()[i].name) + ", ";
-  for (const auto& n : kStorageOnly) s += std::string(n.name) + ", ";
   return s.substr(0, s.size() - 2);
 }
 
@@ -273,15 +260,11 @@ dl::DataType to_dtype(nb::handle d, const char* op) {
     if (s.rfind("torch.", 0) == 0) s = s.substr(6);
   }
   if (const DTypeInfo* r = find_dtype(std::string_view(s))) return dl_type(*r);
-  for (const auto& n : kStorageOnly)
-    if (s == n.name) return n.t;
   throw_invalid_argument(op, -1, "dtype", "= '" + s + "' is not a dtype (" + dtype_names() + ")");
 }
 
 std::string dtype_name(dl::DataType t) {
   if (auto d = to_symmem_dtype(t)) return dtype_info(*d).name;
-  for (const auto& n : kStorageOnly)
-    if (same(n.t, t)) return n.name;
   return "dlpack(code=" + std::to_string(t.code) + ",bits=" + std::to_string(t.bits) +
          ",lanes=" + std::to_string(t.lanes) + ")";
 }

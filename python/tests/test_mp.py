@@ -253,3 +253,50 @@ def test_signals_nvshmem_style(g):
     with pytest.raises(symmem.InvalidArgument, match="slot"):
         b.signal_op(nxt, 1 << 30, 1)
     g.store_barrier()
+
+
+BYTE_DTYPES = ["uint8", "int8", "bool", "int16", "uint16", "uint32", "uint64", "complex64",
+               "complex128"]
+
+
+def _vals(dtype, n, seed):
+    """n distinct-ish values of `dtype` that depend on `seed`."""
+    k = np.arange(n) * 7 + seed * 13
+    if dtype == "bool":
+        return (k % 3 == 0)
+    if dtype.startswith("complex"):
+        return (k % 101 + 1j * (k % 37)).astype(dtype)
+    return (k % 97).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", BYTE_DTYPES)
+def test_byte_dtypes_move(g, dtype):
+    # Dtypes that are moved, never reduced: every data-movement op takes them.
+    n, r = g.world_size, g.rank
+    send = _vals(dtype, 11, r)
+    recv = np.zeros((n, 11), dtype=dtype)
+    symmem.all_gather(send, recv)
+    for q in range(n):
+        np.testing.assert_array_equal(recv[q], _vals(dtype, 11, q))
+    a2a_send = np.concatenate([_vals(dtype, 5, r * n + p) for p in range(n)])
+    a2a_recv = np.zeros_like(a2a_send)
+    symmem.all_to_all(a2a_send, a2a_recv)
+    for q in range(n):
+        np.testing.assert_array_equal(a2a_recv[5 * q:5 * q + 5], _vals(dtype, 5, q * n + r))
+    for root in range(n):
+        x = _vals(dtype, 9, r + 50)
+        symmem.broadcast(x, root=root)
+        np.testing.assert_array_equal(x, _vals(dtype, 9, root + 50))
+    b = symmem.empty((8,), dtype=dtype, group=g)
+    b.barrier()
+    right, left = (r + 1) % n, (r - 1) % n
+    symmem.put(b, _vals(dtype, 8, r + 90), right, signal=True, channel=3)
+    b.wait_signal(left, channel=3, timeout=30)
+    np.testing.assert_array_equal(np.from_dlpack(b), _vals(dtype, 8, left + 90))
+    got = np.zeros(8, dtype=dtype)
+    b.barrier()
+    symmem.get(b, got, right)
+    np.testing.assert_array_equal(got, _vals(dtype, 8, r + 90))  # what this rank put there
+    b.barrier()
+    with pytest.raises(symmem.Unsupported, match="is taken by all_gather"):
+        symmem.all_reduce(b)

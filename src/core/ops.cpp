@@ -236,8 +236,23 @@ std::string unsupported(const std::string& backend, const OpInfo& info, DType dt
   std::string what = info.name;
   if (info.collective()) what += std::string(" for dtype ") + to_string(dtype);
   const char* where = device.is_cuda() ? "GPU" : "CPU";
-  return "backend '" + backend + "' has no " + what + " on " + where +
-         " buffers; backends that have it: " + backends_supporting(info.kind, dtype, device.type);
+  std::string out =
+      "backend '" + backend + "' has no " + what + " on " + where +
+      " buffers; backends that have it: " + backends_supporting(info.kind, dtype, device.type);
+  if (info.collective()) {
+    // Which ops take the dtype here at all (a byte dtype is moved, not reduced).
+    std::string ops;
+    for (int k = 0; k < kOpCount; ++k) {
+      const OpInfo& other = op_info(static_cast<OpKind>(k));
+      if (!other.collective() || other.kind == info.kind) continue;
+      if (backends_supporting(other.kind, dtype, device.type) == "none available here") continue;
+      ops += (ops.empty() ? "" : ", ") + std::string(other.name);
+    }
+    const DTypeInfo* row = find_dtype(dtype);
+    out += std::string("; on ") + where + " buffers " + (row ? row->name : to_string(dtype)) +
+           " is taken by " + (ops.empty() ? std::string("no op") : ops);
+  }
+  return out;
 }
 
 // Picks the device and backend (see ops.hpp) and checks the backend can do the op.

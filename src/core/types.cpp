@@ -14,8 +14,8 @@ std::string to_string(Device d) {
 namespace {
 
 // SYMMEM_DTYPES expanded into rows (NOTE [dtype table]).
-#define SYMMEM_DTYPE_ROW_(id, value, size, dl, kind, gpu, nccl, name, alias1, alias2) \
-  DTypeInfo{DType::id, #id, name, alias1, alias2, size, dl, #kind[0] == 'F', gpu != 0},
+#define SYMMEM_DTYPE_ROW_(id, value, size, dl, kind, gpu, nccl, name, alias1, alias2, red) \
+  DTypeInfo{DType::id, #id, name, alias1, alias2, size, dl, #kind[0] == 'F', gpu != 0, red != 0},
 constexpr DTypeInfo kTable[] = {SYMMEM_DTYPES(SYMMEM_DTYPE_ROW_)};
 #undef SYMMEM_DTYPE_ROW_
 constexpr size_t kTableSize = sizeof(kTable) / sizeof(kTable[0]);

@@ -425,7 +425,13 @@ class HostMemory final : public BackendMemory {
 class HostBackend final : public Backend {
  public:
   // Every op and every dtype of the tables, on CPU memory.
-  HostBackend() : Backend({{OpSet::all(), DTypeSet::all(), DeviceTypeSet::of(DeviceType::cpu)}}) {}
+  // Every op moves every dtype; reductions take the rows with red 1 (NOTE [dtype table]).
+  HostBackend()
+      : Backend({{OpSet::of({OpKind::all_gather, OpKind::all_to_all, OpKind::all_to_all_v,
+                             OpKind::broadcast, OpKind::put, OpKind::get, OpKind::barrier}),
+                  DTypeSet::all(), DeviceTypeSet::of(DeviceType::cpu)},
+                 {OpSet::of({OpKind::all_reduce, OpKind::reduce_scatter}), DTypeSet::reducible(),
+                  DeviceTypeSet::of(DeviceType::cpu)}}) {}
   const char* name() const override { return "host"; }
 
   bool can_serve(const Group& group, Device device, std::string* why) const override {

@@ -20,6 +20,10 @@
 // (checked with -fopt-info-vec, see docs/performance.md). Evaluation order per element is fixed,
 // so the result does not depend on which rank reduces.
 
+// Expands its argument for rows with red 1 (SYMMEM_DTYPES' last column).
+#define SYMMEM_IF_RED_1(...) __VA_ARGS__
+#define SYMMEM_IF_RED_0(...)
+
 namespace symmem::host {
 namespace {
 
@@ -74,7 +78,8 @@ struct Traits<NarrowFloat<Bits, kLoad, kStore>> {
   static T store(Acc v) { return T{kStore(v)}; }
 };
 
-// The storage type of each dtype (every row of SYMMEM_DTYPES has one).
+// The storage type of each dtype that reductions take (the rows of SYMMEM_DTYPES with red 1;
+// the others only move bytes).
 template <DType>
 struct HostType;
 #define SYMMEM_HOST_TYPE_(id, type) \
@@ -184,14 +189,18 @@ SYMMEM_REDUCE_CLONES void reduce(void* out, const void* const* ins, int n, size_
   if (n < 1) throw_invalid_argument("reduce", -1, "n", "must be >= 1");
   if (avg_divisor < 1) avg_divisor = 1;
   switch (dtype) {
-#define SYMMEM_REDUCE_CASE_(id, ...) \
-  case DType::id:                    \
-    return reduce_op<HostType<DType::id>::T>(out, ins, n, count, op, avg_divisor);
+#define SYMMEM_REDUCE_CASE_(id, value, size, dl, kind, gpu, nccl, name, a1, a2, red) \
+  SYMMEM_IF_RED_##red(                                                               \
+      case DType::id                                                                 \
+      : return reduce_op<HostType<DType::id>::T>(out, ins, n, count, op, avg_divisor);)
     SYMMEM_DTYPES(SYMMEM_REDUCE_CASE_)
 #undef SYMMEM_REDUCE_CASE_
+    default:
+      break;
   }
   throw_invalid_argument("reduce", -1, "dtype",
-                         "has unknown value " + std::to_string(static_cast<int>(dtype)));
+                         "= " + std::string(to_string(dtype)) + " is not reduced (value " +
+                             std::to_string(static_cast<int>(dtype)) + ")");
 }
 
 namespace {
@@ -221,22 +230,26 @@ namespace symmem {
 
 void convert_from_f32(DType dtype, const float* in, void* out, size_t count) {
   switch (dtype) {
-#define SYMMEM_CONVERT_CASE_(id, ...) \
-  case DType::id:                     \
-    return host::from_f32<host::HostType<DType::id>::T>(in, out, count);
+#define SYMMEM_CONVERT_CASE_(id, value, size, dl, kind, gpu, nccl, name, a1, a2, red) \
+  SYMMEM_IF_RED_##red(case DType::id                                                  \
+                      : return host::from_f32<host::HostType<DType::id>::T>(in, out, count);)
     SYMMEM_DTYPES(SYMMEM_CONVERT_CASE_)
 #undef SYMMEM_CONVERT_CASE_
+    default:
+      break;
   }
   throw_invalid_argument("convert_from_f32", -1, "dtype", "has an unknown value");
 }
 
 void convert_to_f32(DType dtype, const void* in, float* out, size_t count) {
   switch (dtype) {
-#define SYMMEM_CONVERT_CASE_(id, ...) \
-  case DType::id:                     \
-    return host::to_f32<host::HostType<DType::id>::T>(in, out, count);
+#define SYMMEM_CONVERT_CASE_(id, value, size, dl, kind, gpu, nccl, name, a1, a2, red) \
+  SYMMEM_IF_RED_##red(case DType::id                                                  \
+                      : return host::to_f32<host::HostType<DType::id>::T>(in, out, count);)
     SYMMEM_DTYPES(SYMMEM_CONVERT_CASE_)
 #undef SYMMEM_CONVERT_CASE_
+    default:
+      break;
   }
   throw_invalid_argument("convert_to_f32", -1, "dtype", "has an unknown value");
 }

@@ -25,7 +25,7 @@ TEST(HostSignals, SetAddAndEveryComparison) {
       std::memset(buf.ptr(0), 0x5a, 64);
       buf.signal_op(0, kSlot, 10, SignalOp::set);
       EXPECT_EQ(buf.wait_until(kSlot, Cmp::eq, 1), 1u);  // rank 0's answer, on our pad
-      buf.signal_op(0, kSlot, 5, SignalOp::add);          // 15
+      buf.signal_op(0, kSlot, 5, SignalOp::add);         // 15
       EXPECT_EQ(buf.wait_until(kSlot, Cmp::eq, 2), 2u);
       buf.signal_op(0, kSlot, 3, SignalOp::set);  // 3
       return;
@@ -52,8 +52,7 @@ TEST(HostSignals, TimeoutNamesSlotComparisonAndValue) {
   auto errors = run_ranks(2, [&](Group& g) {
     auto buf = allocate(g, 4096);
     expect_error([&] { buf.wait_until(kSlot + 1, Cmp::eq, 7, Millis(200)); }, ErrorCode::Timeout,
-                 {"wait_until", "slot 38", "eq 7", "holds 0",
-                  g.rank() == 0 ? "rank 0" : "rank 1"});
+                 {"wait_until", "slot 38", "eq 7", "holds 0", g.rank() == 0 ? "rank 0" : "rank 1"});
     expect_error([&] { buf.wait_until(kSlot + 1, Cmp::ne, 0, Millis(0)); }, ErrorCode::Timeout,
                  {"ne 0"});
   });
@@ -87,8 +86,7 @@ TEST(HostSignals, AbortEndsAWait) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       g.abort("signals test");
     });
-    expect_error([&] { buf.wait_until(kSlot, Cmp::eq, 99); }, ErrorCode::Aborted,
-                 {"signals test"});
+    expect_error([&] { buf.wait_until(kSlot, Cmp::eq, 99); }, ErrorCode::Aborted, {"signals test"});
     t.join();
   });
   expect_no_errors(errors);

@@ -118,6 +118,7 @@ TEST(Reduce, AllTypesAndOpsAgainstScalar) {
     for (size_t count : {size_t{1}, size_t{7}, size_t{2048}, size_t{4099}}) {
       for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max}) {
         for (size_t row = 0; row < dtype_table_size(); ++row) {
+          if (!dtype_table()[row].reducible) continue;  // moved, not reduced
           const DType dt = dtype_table()[row].dtype;
           size_t es = dtype_size(dt);
           std::vector<std::vector<char>> in(n, std::vector<char>(count * es));

@@ -102,5 +102,24 @@ TEST(OpTable, AnOpOutsideABackendsRulesIsUnsupportedNamingWhoServesIt) {
   EXPECT_EQ(b->ran, OpKind::barrier);
 }
 
+// The reductions' dtype set is the table's `red` column; the byte dtypes are moved only.
+TEST(OpTable, ReducibleIsTheRedColumn) {
+  size_t moved_only = 0;
+  for (size_t i = 0; i < dtype_table_size(); ++i) {
+    const DTypeInfo& row = dtype_table()[i];
+    EXPECT_EQ(DTypeSet::reducible().has(row.dtype), row.reducible) << row.name;
+    if (row.gpu_reduce) {
+      EXPECT_TRUE(row.reducible) << row.name << ": the GPU reduces it";
+    }
+    moved_only += row.reducible ? 0 : 1;
+  }
+  EXPECT_EQ(moved_only, 9u);
+  EXPECT_FALSE(DTypeSet::reducible().has(DType::u8));
+  EXPECT_TRUE(DTypeSet::reducible().has(DType::f8e5m2));
+  EXPECT_EQ(dtype_size(DType::c128), 16u);
+  EXPECT_EQ(parse_dtype("bool"), DType::b8);
+  EXPECT_EQ(parse_dtype("cfloat"), DType::c64);
+}
+
 }  // namespace
 }  // namespace symmem::test
