@@ -367,7 +367,7 @@ double decode(DType t, const void* in) {
 
 // `v` as the dtype stores it.
 double stored(DType t, double v) {
-  unsigned char buf[8];
+  unsigned char buf[16];  // the widest dtype (c128)
   encode(t, v, buf);
   return decode(t, buf);
 }
