@@ -50,6 +50,7 @@ struct Array {
   dl::DataType dtype{dl::kFloat, 32, 1};
   int buffer_rank = 0;
   bool pad = false;
+  size_t pad_offset = 0;  // bytes into the pad (signal_pad(peer, sizes, dtype, offset))
 
   void* data() const;  // throws Unsupported where buffer_rank is not directly addressable
   size_t numel() const;

@@ -20,6 +20,7 @@ using namespace nb::literals;
 // ---- Array ------------------------------------------------------------------------------------
 void* Array::data() const {
   void* p = pad ? static_cast<void*>(mem.signal_pad(buffer_rank)) : mem.ptr(buffer_rank);
+  if (pad && p != nullptr) p = static_cast<char*>(p) + pad_offset;
   if (!p && numel() > 0)
     throw_error(ErrorCode::Unsupported, "SymmetricArray", mem.rank(),
                 std::string(pad ? "the signal pad" : "the buffer") + " of rank " +
@@ -329,7 +330,10 @@ Array make_array(const SymmetricMemory& mem, std::vector<int64_t> shape, dl::Dat
   return a;
 }
 
-Array pad_array(const SymmetricMemory& mem, nb::handle peer) {
+// peer's signal pad as an array: by default all of it as uint32; else `sizes` elements of
+// `dtype` from element `offset` (torch's get_signal_pad(rank, sizes, dtype, storage_offset)).
+Array pad_array(const SymmetricMemory& mem, nb::handle peer, nb::handle sizes = nb::none(),
+                nb::handle dtype = nb::none(), int64_t offset = 0) {
   Array a;
   a.mem = mem;
   a.buffer_rank = peer.is_none() ? mem.rank() : nb::cast<int>(peer);
@@ -338,8 +342,24 @@ Array pad_array(const SymmetricMemory& mem, nb::handle peer) {
                            "= " + std::to_string(a.buffer_rank) + " is not in [0, " +
                                std::to_string(mem.world_size()) + ")");
   a.pad = true;
-  a.dtype = {dl::kUInt, 32, 1};
-  a.shape = {static_cast<int64_t>(mem.signal_pad_bytes() / 4)};
+  a.dtype = dtype.is_none() ? dl::DataType{dl::kUInt, 32, 1} : to_dtype(dtype, "signal_pad");
+  const size_t es = dtype_bytes(a.dtype);
+  const size_t pad_bytes = mem.signal_pad_bytes();
+  if (offset < 0 || static_cast<size_t>(offset) * es > pad_bytes)
+    throw_invalid_argument("signal_pad", mem.rank(), "offset",
+                           "= " + std::to_string(offset) + " elements is outside the " +
+                               std::to_string(pad_bytes) + "-byte signal pad");
+  a.pad_offset = static_cast<size_t>(offset) * es;
+  if (sizes.is_none()) {
+    a.shape = {static_cast<int64_t>((pad_bytes - a.pad_offset) / es)};
+  } else {
+    a.shape = to_shape(sizes, "signal_pad");
+    if (a.nbytes() > pad_bytes - a.pad_offset)
+      throw_invalid_argument("signal_pad", mem.rank(), "sizes",
+                             "need " + std::to_string(a.nbytes()) + " bytes at byte " +
+                                 std::to_string(a.pad_offset) + " of the " +
+                                 std::to_string(pad_bytes) + "-byte signal pad");
+  }
   return a;
 }
 
@@ -501,10 +521,14 @@ void bind_symmetric_memory(nb::module_& m) {
           "peer"_a)
       .def(
           "signal_pad",
-          [](const SymmetricMemory& s, nb::handle peer) { return pad_array(s, peer); },
-          "peer"_a.none() = nb::none(),
-          nb::sig("def signal_pad(self, peer: int | None = None) -> SymmetricArray"),
-          "peer's signal pad (default: this rank's) as a uint32 array (DLPack-capable).")
+          [](const SymmetricMemory& s, nb::handle peer, nb::handle sizes, nb::handle dtype,
+             int64_t offset) { return pad_array(s, peer, sizes, dtype, offset); },
+          "peer"_a.none() = nb::none(), "sizes"_a.none() = nb::none(),
+          "dtype"_a.none() = nb::none(), "offset"_a = 0,
+          nb::sig("def signal_pad(self, peer: int | None = None, sizes: object | None = None, "
+                  "dtype: object | None = None, offset: int = 0) -> SymmetricArray"),
+          "peer's signal pad (default: this rank's) as an array (DLPack-capable): all of it as "
+          "uint32, or `sizes` elements of `dtype` from element `offset`.")
       .def_prop_ro("signal_pad_bytes", &SymmetricMemory::signal_pad_bytes)
       .def_prop_ro("num_channels", &SymmetricMemory::num_channels)
       .def("direct_access", &SymmetricMemory::direct_access, "peer"_a)
@@ -563,8 +587,11 @@ void bind_array_access(nb::class_<Array>& arr) {
           "ptr",
           [](const Array& a, nb::handle peer) {
             int p = peer.is_none() ? a.buffer_rank : nb::cast<int>(peer);
-            return reinterpret_cast<uintptr_t>(a.pad ? static_cast<void*>(a.mem.signal_pad(p))
-                                                     : a.mem.ptr(p));
+            if (a.pad) {
+              char* pad = reinterpret_cast<char*>(a.mem.signal_pad(p));
+              return reinterpret_cast<uintptr_t>(pad != nullptr ? pad + a.pad_offset : nullptr);
+            }
+            return reinterpret_cast<uintptr_t>(a.mem.ptr(p));
           },
           "peer"_a.none() = nb::none(), nb::sig("def ptr(self, peer: int | None = None) -> int"),
           "Address of this array's data in peer's buffer (0 where not directly addressable).")
@@ -583,10 +610,16 @@ void bind_array_access(nb::class_<Array>& arr) {
           "peer"_a,
           "The same array in peer's buffer (DLPack-capable; loads and stores reach the peer).")
       .def(
-          "signal_pad", [](const Array& a, nb::handle peer) { return pad_array(a.mem, peer); },
-          "peer"_a.none() = nb::none(),
-          nb::sig("def signal_pad(self, peer: int | None = None) -> SymmetricArray"),
-          "peer's signal pad (default: this rank's) as a uint32 array.")
+          "signal_pad",
+          [](const Array& a, nb::handle peer, nb::handle sizes, nb::handle dtype, int64_t offset) {
+            return pad_array(a.mem, peer, sizes, dtype, offset);
+          },
+          "peer"_a.none() = nb::none(), "sizes"_a.none() = nb::none(),
+          "dtype"_a.none() = nb::none(), "offset"_a = 0,
+          nb::sig("def signal_pad(self, peer: int | None = None, sizes: object | None = None, "
+                  "dtype: object | None = None, offset: int = 0) -> SymmetricArray"),
+          "peer's signal pad (default: this rank's): all of it as uint32, or `sizes` elements "
+          "of `dtype` from element `offset`.")
       .def("device_handle", [](const Array& a) { return a.mem.device_handle(); });
 }
 

@@ -347,9 +347,9 @@ class SymmetricMemory:
 
     def signal_pad_ptr(self, peer: int) -> int: ...
 
-    def signal_pad(self, peer: int | None = None) -> SymmetricArray:
+    def signal_pad(self, peer: int | None = None, sizes: object | None = None, dtype: object | None = None, offset: int = 0) -> SymmetricArray:
         """
-        peer's signal pad (default: this rank's) as a uint32 array (DLPack-capable).
+        peer's signal pad (default: this rank's) as an array (DLPack-capable): all of it as uint32, or `sizes` elements of `dtype` from element `offset`.
         """
 
     @property
@@ -466,8 +466,10 @@ class SymmetricArray:
         The same array in peer's buffer (DLPack-capable; loads and stores reach the peer).
         """
 
-    def signal_pad(self, peer: int | None = None) -> SymmetricArray:
-        """peer's signal pad (default: this rank's) as a uint32 array."""
+    def signal_pad(self, peer: int | None = None, sizes: object | None = None, dtype: object | None = None, offset: int = 0) -> SymmetricArray:
+        """
+        peer's signal pad (default: this rank's): all of it as uint32, or `sizes` elements of `dtype` from element `offset`.
+        """
 
     def device_handle(self) -> DeviceHandle: ...
 

@@ -300,3 +300,30 @@ def test_byte_dtypes_move(g, dtype):
     b.barrier()
     with pytest.raises(symmem.Unsupported, match="is taken by all_gather"):
         symmem.all_reduce(b)
+
+
+def test_signal_pad_sizes_dtype_offset(g):
+    # torch's get_signal_pad(rank, sizes, dtype, storage_offset): a typed window of a pad.
+    b = symmem.empty((4,), dtype="float32", group=g)
+    n, r = g.world_size, g.rank
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    whole = b.signal_pad()
+    assert whole.shape == (b.handle.signal_pad_bytes // 4,)
+    assert np.from_dlpack(whole).dtype == np.uint32
+    win = b.signal_pad(nxt, sizes=(2, 3), dtype="uint32", offset=500)  # slots 500..505 of nxt
+    assert win.shape == (2, 3) and win.is_signal_pad and win.buffer_rank == nxt
+    vals = np.arange(6, dtype=np.uint32) + 10 * r + 1
+    np.from_dlpack(win).reshape(-1)[:5] = vals[:5]
+    b.signal_op(nxt, 505, int(vals[5]))  # the last one with release order, after the stores
+    assert b.wait_until(505, "eq", 10 * prv + 6, timeout=30) == 10 * prv + 6
+    mine = np.from_dlpack(b.signal_pad(sizes=(6,), offset=500))
+    np.testing.assert_array_equal(mine, np.arange(6) + 10 * prv + 1)
+    wide = b.signal_pad(sizes=(3,), dtype="uint64", offset=250)  # the same bytes, as uint64
+    assert np.from_dlpack(wide)[0] == (10 * prv + 1) | ((10 * prv + 2) << 32)
+    with pytest.raises(symmem.InvalidArgument, match="'sizes'"):
+        b.signal_pad(sizes=(b.handle.signal_pad_bytes,), dtype="uint32")
+    with pytest.raises(symmem.InvalidArgument, match="'offset'"):
+        b.signal_pad(offset=-1)
+    g.store_barrier()
+    np.from_dlpack(b.signal_pad(sizes=(6,), offset=500))[:] = 0  # pads are zero at rest
+    g.store_barrier()
