@@ -328,6 +328,14 @@ Group Group::from_env(const GroupOptions& options) {
   env::validate_all();
   detail::LaunchSettings s = detail::resolve_launch(options);
   detail::log_set_rank(s.rank);
+  if (Group::restarted()) {
+    SYMMEM_LOG(WARN, INIT) << "from_env: this process was started again after a failure "
+                              "(SYMMEM_RESTART_COUNT="
+                           << env::restart_count()
+                           << "); the survivors take it in through Group::rejoin(), which their "
+                              "grow() serves. from_env() waits for every rank to form a new "
+                              "group (docs/reliability.md, 'Recovering from a failed rank')";
+  }
   SYMMEM_LOG(INFO, INIT) << "from_env: rank " << s.rank << " of " << s.world_size << " from "
                          << s.launcher;
   if (s.launcher == detail::kNoLauncher) {
