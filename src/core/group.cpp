@@ -76,6 +76,19 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
+// A sorted rank list as it goes into a group name (NOTE [group names]): "0,2,3", or, when that is
+// longer than 64 characters, its hash and length.
+std::string ranks_tag(const std::vector<int>& sorted) {
+  std::string tag = join(sorted);
+  if (tag.size() > 64) {
+    char buf[40];
+    std::snprintf(buf, sizeof(buf), "h%016llx-n%zu", static_cast<unsigned long long>(fnv1a(tag)),
+                  sorted.size());
+    tag = buf;
+  }
+  return tag;
+}
+
 void derive_local(Group::Impl& g) {
   const int n = g.world_size;
   g.local_rank = 0;
@@ -242,16 +255,28 @@ std::string read_line(const std::string& path) {
 }
 
 // Field 22 (starttime) of /proc/<pid>/stat, or "" when the process does not exist.
-std::string process_start_time(long pid) {
+// Field 3 (state) and field 22 (starttime) of /proc/<pid>/stat; both empty when the process
+// does not exist.
+struct ProcStat {
+  std::string state;
+  std::string started;
+};
+ProcStat proc_stat(long pid) {
   std::string stat = read_line("/proc/" + std::to_string(pid) + "/stat");
   size_t close = stat.rfind(')');  // the command name in parentheses may hold spaces
-  if (close == std::string::npos) return "";
+  if (close == std::string::npos) return {};
   std::istringstream fields(stat.substr(close + 1));
+  ProcStat out;
   std::string f;
   for (int i = 3; i <= 22 && fields >> f; ++i) {
-    if (i == 22) return f;
+    if (i == 3) out.state = f;
+    if (i == 22) out.started = f;
   }
-  return "";
+  return out;
+}
+
+std::string process_start_time(long pid) {
+  return proc_stat(pid).started;
 }
 
 // Process `pid` of this machine.
@@ -296,13 +321,9 @@ std::optional<ClaimId> decode_claim(const Bytes& b) {
 // the host backend come from pidfds of the same processes.
 bool process_gone(const detail::ProcessIdent& p, const std::string& my_machine) {
   if (p.machine != my_machine || p.pid <= 0) return false;
-  if (process_start_time(p.pid) != p.started) return true;
-  // Still there, but maybe a zombie (dead, not yet reaped by its parent): state Z or X.
-  std::string stat = read_line("/proc/" + std::to_string(p.pid) + "/stat");
-  size_t close = stat.rfind(')');
-  if (close == std::string::npos || close + 2 >= stat.size()) return true;
-  const char state = stat[close + 2];
-  return state == 'Z' || state == 'X';
+  const ProcStat st = proc_stat(p.pid);
+  // Another process with that pid, none, or a zombie (dead, not yet reaped): state Z or X.
+  return st.started != p.started || st.state == "Z" || st.state == "X";
 }
 
 detail::ProcessIdent this_process_ident() {
@@ -401,10 +422,16 @@ void release_claim(Store& store, const std::string& key, const Bytes& value) noe
   }
 }
 
-// The last steps of split(), shrink() and grow() on a new group `g` made from `p`: the group's
-// store barrier (every member must arrive: mismatched calls fail here, clearly), its flight
-// recorder and a log line. `call` names the call in errors; `what` the barrier in wait reports.
-void finish_derived(Group::Impl& g, const Group::Impl& p, const std::string& call,
+// The world size of the root group behind `p`, for a flight recorder of a group made from it.
+int root_world_size(const Group::Impl& p) {
+  return p.recorder ? p.recorder->info().root_world_size : p.world_size;
+}
+
+// The last steps of split(), shrink() and grow() on a new group `g`: the group's store barrier
+// (every member must arrive: mismatched calls fail here, clearly), its flight recorder (over a
+// root group of `root_world` ranks) and a log line. `call` names the call in errors; `what` the
+// barrier in wait reports.
+void finish_derived(Group::Impl& g, int root_world, const std::string& call,
                     const std::string& what) {
   g.abort->group_name = g.name;
   derive_local(g);
@@ -418,9 +445,8 @@ void finish_derived(Group::Impl& g, const Group::Impl& p, const std::string& cal
     rethrow_with(e, call, g);
   }
   g.barrier_x->set_what("group " + g.name + ": store_barrier", detail::Subsys::INIT);
-  g.recorder = detail::make_flight_recorder(
-      {g.name, g.rank, g.world_size, g.global_ranks,
-       p.recorder ? p.recorder->info().root_world_size : p.world_size});
+  g.recorder =
+      detail::make_flight_recorder({g.name, g.rank, g.world_size, g.global_ranks, root_world});
   SYMMEM_LOG(INFO, INIT) << "group " << g.name << ": rank " << g.rank << " of " << g.world_size
                          << " (global rank " << g.global_ranks[g.rank] << "), " << what;
 }
@@ -708,13 +734,7 @@ Group Group::split(const std::vector<int>& ranks) const {
                    "= " << list_for_message(sorted) << " does not contain this rank (" << p->rank
                         << "); only the members call split()");
 
-  std::string members = join(sorted);
-  if (members.size() > 64) {
-    char buf[40];
-    std::snprintf(buf, sizeof(buf), "h%016llx-n%zu",
-                  static_cast<unsigned long long>(fnv1a(members)), sorted.size());
-    members = buf;
-  }
+  const std::string members = ranks_tag(sorted);
   int call = 0;
   {
     std::lock_guard<std::mutex> lock(p->split_mutex);
@@ -734,7 +754,8 @@ Group Group::split(const std::vector<int>& ranks) const {
     g->procs.push_back(p->procs[r]);
   }
   g->abort->parent = p->abort;  // aborting the parent aborts this group (NOTE [group abort])
-  finish_derived(*g, *p, std::string(op) + "(ranks=" + list_for_message(sorted) + ") of " + p->name,
+  finish_derived(*g, root_world_size(*p),
+                 std::string(op) + "(ranks=" + list_for_message(sorted) + ") of " + p->name,
                  "split() of " + p->name);
   return Group(g);
 }
@@ -977,9 +998,8 @@ void complete_grown(Group::Impl& g, const Group::Impl* p, JoinRecord mine, const
     g.procs.push_back(all[r].proc);
     g.global_ranks.push_back(all[r].global_rank);
   }
-  Group::Impl none;  // a joiner has no parent: its recorder counts the grown group as the root
-  none.world_size = g.world_size;
-  finish_derived(g, p != nullptr ? *p : none, op, "grow");
+  // A joiner has no parent: its recorder counts the grown group as the root.
+  finish_derived(g, p != nullptr ? root_world_size(*p) : g.world_size, op, "grow");
 }
 
 }  // namespace
@@ -1019,8 +1039,7 @@ std::vector<int> Group::failed_ranks() const {
       gone = process_gone(p, my_machine);
     } else {
       auto it = reported.find(g->global_ranks[r]);
-      auto tol = tolerated.find(g->global_ranks[r]);
-      gone = it != reported.end() && it->second > (tol == tolerated.end() ? 0 : tol->second);
+      gone = it != reported.end() && !detail::failures_tolerated(tolerated, it->first, it->second);
     }
     if (gone) out.push_back(r);
   }
@@ -1046,13 +1065,7 @@ Group Group::shrink(const std::vector<int>& excluded) const {
   SYMMEM_CHECK_ARG(op, p->rank, static_cast<int>(out.size()) < p->world_size, "excluded",
                    "excludes every rank");
 
-  std::string tag = out.empty() ? std::string("none") : join(out);
-  if (tag.size() > 64) {
-    char buf[40];
-    std::snprintf(buf, sizeof(buf), "h%016llx-n%zu", static_cast<unsigned long long>(fnv1a(tag)),
-                  out.size());
-    tag = buf;
-  }
+  const std::string tag = out.empty() ? std::string("none") : ranks_tag(out);
   int call = 0;
   {
     std::lock_guard<std::mutex> lock(p->split_mutex);
@@ -1079,7 +1092,8 @@ Group Group::shrink(const std::vector<int>& excluded) const {
   detail::set_aborted(*p->abort, "group " + p->name + " was shrunk into " + g->name +
                                      " (without ranks " + list_for_message(out) +
                                      "); use the new group and allocate on it");
-  finish_derived(*g, *p, std::string(op) + "(excluded=" + list_for_message(out) + ") of " + p->name,
+  finish_derived(*g, root_world_size(*p),
+                 std::string(op) + "(excluded=" + list_for_message(out) + ") of " + p->name,
                  "shrink() of " + p->name);
   return Group(g);
 }

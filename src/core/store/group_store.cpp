@@ -25,8 +25,7 @@ std::string AbortAwareStore::abort_reason() noexcept {
   std::string reason = job_abort_reason(*inner_);
   if (reason.empty() || tolerated_.empty()) return reason;
   for (const auto& [rank, n] : job_failed_counts(*inner_)) {
-    auto it = tolerated_.find(rank);
-    if (it == tolerated_.end() || n > it->second) return reason;
+    if (!failures_tolerated(tolerated_, rank, n)) return reason;
   }
   return "";  // every failure so far is one this group was made without
 }

@@ -22,6 +22,13 @@
 
 namespace symmem::detail {
 
+// Whether `failures` reported failures of launcher rank `rank` are within `tolerated` (rank ->
+// failures a shrunk group was made without; absent: none).
+inline bool failures_tolerated(const std::map<int, int>& tolerated, int rank, int failures) {
+  auto it = tolerated.find(rank);
+  return failures <= (it == tolerated.end() ? 0 : it->second);
+}
+
 class SYMMEM_API AbortAwareStore final : public Store {
  public:
   explicit AbortAwareStore(std::shared_ptr<Store> inner, Millis slice = Millis(200),
