@@ -67,6 +67,11 @@ using Stream = void*;
   X(c128,   16,   16,  5,  C,   0,  None,       "complex128",    "cdouble", "",         0)
 // clang-format on
 
+// For expansions of SYMMEM_DTYPES that keep only the rows whose gpu or red column is 1:
+// SYMMEM_DTYPE_IF_##column(text) expands `text` for 1 and nothing for 0.
+#define SYMMEM_DTYPE_IF_1(...) __VA_ARGS__
+#define SYMMEM_DTYPE_IF_0(...)
+
 enum class DType : int {
 #define SYMMEM_DTYPE_ENUM_(id, value, ...) id = value,
   SYMMEM_DTYPES(SYMMEM_DTYPE_ENUM_)

@@ -213,9 +213,8 @@ BufInfo check_buffer(Call& c, const char* arg, const void* p, size_t bytes, size
 }
 
 // The loadable backends whose rules (NOTE [op table]) hold (kind, dtype, device type).
-std::string backends_supporting(OpKind kind, DType dtype, DeviceType device) {
-  std::string out;
-  std::vector<std::string> names;
+std::vector<std::string> supporting_backends(OpKind kind, DType dtype, DeviceType device) {
+  std::vector<std::string> out, names;
   try {
     names = available_backends();
   } catch (const Error&) {
@@ -223,10 +222,17 @@ std::string backends_supporting(OpKind kind, DType dtype, DeviceType device) {
   for (const auto& n : names) {
     try {
       auto b = get_backend(n);
-      if (b && b->supports(kind, dtype, device)) out += (out.empty() ? "" : ", ") + n;
+      if (b && b->supports(kind, dtype, device)) out.push_back(n);
     } catch (const Error&) {
     }
   }
+  return out;
+}
+
+std::string backends_supporting(OpKind kind, DType dtype, DeviceType device) {
+  std::string out;
+  for (const auto& n : supporting_backends(kind, dtype, device))
+    out += (out.empty() ? "" : ", ") + n;
   return out.empty() ? "none available here" : out;
 }
 
@@ -245,7 +251,7 @@ std::string unsupported(const std::string& backend, const OpInfo& info, DType dt
     for (int k = 0; k < kOpCount; ++k) {
       const OpInfo& other = op_info(static_cast<OpKind>(k));
       if (!other.collective() || other.kind == info.kind) continue;
-      if (backends_supporting(other.kind, dtype, device.type) == "none available here") continue;
+      if (supporting_backends(other.kind, dtype, device.type).empty()) continue;
       ops += (ops.empty() ? "" : ", ") + std::string(other.name);
     }
     const DTypeInfo* row = find_dtype(dtype);

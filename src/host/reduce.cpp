@@ -20,10 +20,6 @@
 // (checked with -fopt-info-vec, see docs/performance.md). Evaluation order per element is fixed,
 // so the result does not depend on which rank reduces.
 
-// Expands its argument for rows with red 1 (SYMMEM_DTYPES' last column).
-#define SYMMEM_IF_RED_1(...) __VA_ARGS__
-#define SYMMEM_IF_RED_0(...)
-
 namespace symmem::host {
 namespace {
 
@@ -190,7 +186,7 @@ SYMMEM_REDUCE_CLONES void reduce(void* out, const void* const* ins, int n, size_
   if (avg_divisor < 1) avg_divisor = 1;
   switch (dtype) {
 #define SYMMEM_REDUCE_CASE_(id, value, size, dl, kind, gpu, nccl, name, a1, a2, red) \
-  SYMMEM_IF_RED_##red(                                                               \
+  SYMMEM_DTYPE_IF_##red(                                                             \
       case DType::id                                                                 \
       : return reduce_op<HostType<DType::id>::T>(out, ins, n, count, op, avg_divisor);)
     SYMMEM_DTYPES(SYMMEM_REDUCE_CASE_)
@@ -231,8 +227,8 @@ namespace symmem {
 void convert_from_f32(DType dtype, const float* in, void* out, size_t count) {
   switch (dtype) {
 #define SYMMEM_CONVERT_CASE_(id, value, size, dl, kind, gpu, nccl, name, a1, a2, red) \
-  SYMMEM_IF_RED_##red(case DType::id                                                  \
-                      : return host::from_f32<host::HostType<DType::id>::T>(in, out, count);)
+  SYMMEM_DTYPE_IF_##red(case DType::id                                                \
+                        : return host::from_f32<host::HostType<DType::id>::T>(in, out, count);)
     SYMMEM_DTYPES(SYMMEM_CONVERT_CASE_)
 #undef SYMMEM_CONVERT_CASE_
     default:
@@ -244,8 +240,8 @@ void convert_from_f32(DType dtype, const float* in, void* out, size_t count) {
 void convert_to_f32(DType dtype, const void* in, float* out, size_t count) {
   switch (dtype) {
 #define SYMMEM_CONVERT_CASE_(id, value, size, dl, kind, gpu, nccl, name, a1, a2, red) \
-  SYMMEM_IF_RED_##red(case DType::id                                                  \
-                      : return host::to_f32<host::HostType<DType::id>::T>(in, out, count);)
+  SYMMEM_DTYPE_IF_##red(case DType::id                                                \
+                        : return host::to_f32<host::HostType<DType::id>::T>(in, out, count);)
     SYMMEM_DTYPES(SYMMEM_CONVERT_CASE_)
 #undef SYMMEM_CONVERT_CASE_
     default:

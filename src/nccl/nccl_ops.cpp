@@ -16,18 +16,10 @@ namespace {
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
 // Rows with gpu 0 are not served by this backend (its rules): no case.
-#define SYMMEM_NCCL_CASE_1_(id, suffix) \
-  case DType::id:                       \
-    return nccl##suffix;
-#define SYMMEM_NCCL_CASE_0_(id, suffix)
-#define SYMMEM_NCCL_CASE_(gpu, id, suffix) SYMMEM_NCCL_CASE_##gpu##_(id, suffix)
 #define SYMMEM_NCCL_TYPE_(id, value, size, dl, kind, gpu, suffix, ...) \
-  SYMMEM_NCCL_CASE_(gpu, id, suffix)
+  SYMMEM_DTYPE_IF_##gpu(case DType::id : return nccl##suffix;)
     SYMMEM_DTYPES(SYMMEM_NCCL_TYPE_)
 #undef SYMMEM_NCCL_TYPE_
-#undef SYMMEM_NCCL_CASE_
-#undef SYMMEM_NCCL_CASE_0_
-#undef SYMMEM_NCCL_CASE_1_
     default:
       break;
   }

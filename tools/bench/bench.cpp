@@ -237,12 +237,39 @@ double value(int r, size_t i, int n) {
   return a + (r == 0 ? -(n - 1) * b : b);
 }
 
-// The dtypes that are moved, never reduced (the table's red 0 rows): integers truncated to the
-// element's width (wrapping, little-endian), bool as v != 0, complex as (v, 0). Returns false
-// for the other dtypes.
-bool encode_moved(DType t, double v, void* out) {
+// f64, the integer types (truncated to the element's width: wrapping, little-endian), bool (as
+// v != 0) and complex (as (v, 0)) are stored and read back exactly, with no f32 round trip, so
+// their check is exact; the narrow floats go through f32.
+template <class T>
+double load_as(const void* in) {
+  T x;
+  std::memcpy(&x, in, sizeof(T));
+  return static_cast<double>(x);
+}
+
+// The real part of a complex element; an impossible value when the imaginary part is not 0 (the
+// check never expects one).
+template <class T>
+double load_real(const void* in) {
+  T c[2];
+  std::memcpy(c, in, sizeof(c));
+  return c[1] == 0 ? static_cast<double>(c[0]) : -1e300;
+}
+
+template <class T>
+void store_complex(double v, void* out) {
+  const T c[2] = {static_cast<T>(v), 0};
+  std::memcpy(out, c, sizeof(c));
+}
+
+void encode(DType t, double v, void* out) {
   const int64_t x = static_cast<int64_t>(v);
   switch (t) {
+    case DType::f64:
+      std::memcpy(out, &v, 8);
+      return;
+    case DType::i32:
+    case DType::i64:
     case DType::u8:
     case DType::i8:
     case DType::i16:
@@ -250,119 +277,54 @@ bool encode_moved(DType t, double v, void* out) {
     case DType::u32:
     case DType::u64:
       std::memcpy(out, &x, dtype_size(t));  // the low bytes (x86 is little-endian)
-      return true;
+      return;
     case DType::b8:
       *static_cast<unsigned char*>(out) = v != 0 ? 1 : 0;
-      return true;
-    case DType::c64: {
-      const float c[2] = {static_cast<float>(v), 0.0f};
-      std::memcpy(out, c, sizeof(c));
-      return true;
+      return;
+    case DType::c64:
+      return store_complex<float>(v, out);
+    case DType::c128:
+      return store_complex<double>(v, out);
+    default: {
+      const float f = static_cast<float>(v);
+      convert_from_f32(t, &f, out, 1);
     }
-    case DType::c128: {
-      const double c[2] = {v, 0.0};
-      std::memcpy(out, c, sizeof(c));
-      return true;
-    }
-    default:
-      return false;
   }
 }
 
-bool decode_moved(DType t, const void* in, double* v) {
-  switch (t) {
-    case DType::u8:
-      *v = *static_cast<const uint8_t*>(in);
-      return true;
-    case DType::i8:
-      *v = *static_cast<const int8_t*>(in);
-      return true;
-    case DType::b8:
-      *v = *static_cast<const unsigned char*>(in) != 0 ? 1 : 0;
-      return true;
-    case DType::i16: {
-      int16_t x;
-      std::memcpy(&x, in, 2);
-      *v = x;
-      return true;
-    }
-    case DType::u16: {
-      uint16_t x;
-      std::memcpy(&x, in, 2);
-      *v = x;
-      return true;
-    }
-    case DType::u32: {
-      uint32_t x;
-      std::memcpy(&x, in, 4);
-      *v = x;
-      return true;
-    }
-    case DType::u64: {
-      uint64_t x;
-      std::memcpy(&x, in, 8);
-      *v = static_cast<double>(x);
-      return true;
-    }
-    case DType::c64: {
-      float c[2];
-      std::memcpy(c, in, sizeof(c));
-      *v = c[1] == 0.0f ? c[0] : -1e300;  // a nonzero imaginary part is always wrong
-      return true;
-    }
-    case DType::c128: {
-      double c[2];
-      std::memcpy(c, in, sizeof(c));
-      *v = c[1] == 0.0 ? c[0] : -1e300;
-      return true;
-    }
-    default:
-      return false;
-  }
-}
-
-// f64 and the integer types are stored and read back exactly (no f32 round trip), so their
-// check is exact.
-void encode(DType t, double v, void* out) {
-  if (encode_moved(t, v, out)) return;
-  if (t == DType::f64) {
-    std::memcpy(out, &v, 8);
-    return;
-  }
-  if (t == DType::i64) {
-    const int64_t x = static_cast<int64_t>(v);
-    std::memcpy(out, &x, 8);
-    return;
-  }
-  if (t == DType::i32) {
-    const int32_t x = static_cast<int32_t>(v);
-    std::memcpy(out, &x, 4);
-    return;
-  }
-  const float f = static_cast<float>(v);
-  convert_from_f32(t, &f, out, 1);
-}
-
+// Every value the check can expect is exact in a double (|x| < 2^53).
 double decode(DType t, const void* in) {
-  if (double v = 0; decode_moved(t, in, &v)) return v;
-  if (t == DType::f64) {
-    double d;
-    std::memcpy(&d, in, 8);
-    return d;
+  switch (t) {
+    case DType::f64:
+      return load_as<double>(in);
+    case DType::i64:
+      return load_as<int64_t>(in);
+    case DType::i32:
+      return load_as<int32_t>(in);
+    case DType::u8:
+      return load_as<uint8_t>(in);
+    case DType::i8:
+      return load_as<int8_t>(in);
+    case DType::b8:
+      return *static_cast<const unsigned char*>(in) != 0 ? 1 : 0;
+    case DType::i16:
+      return load_as<int16_t>(in);
+    case DType::u16:
+      return load_as<uint16_t>(in);
+    case DType::u32:
+      return load_as<uint32_t>(in);
+    case DType::u64:
+      return load_as<uint64_t>(in);
+    case DType::c64:
+      return load_real<float>(in);
+    case DType::c128:
+      return load_real<double>(in);
+    default: {
+      float f;
+      convert_to_f32(t, in, &f, 1);
+      return f;
+    }
   }
-  if (t == DType::i64) {  // every value the check can expect is exact in a double (|x| < 2^53)
-    int64_t x;
-    std::memcpy(&x, in, 8);
-    return static_cast<double>(x);
-  }
-  if (t == DType::i32) {
-    int32_t x;
-    std::memcpy(&x, in, 4);
-    return static_cast<double>(x);
-  }
-  float f;
-  convert_to_f32(t, in, &f, 1);
-  return f;
 }
 
 // `v` as the dtype stores it.

@@ -383,6 +383,9 @@ class Job {
     }
   }
 
+  // --keep-going or --restart-failed: a failed rank does not stop the others.
+  bool keeps_going() const { return config_.keep_going || config_.restarts > 0; }
+
   void on_rank_end(int i) {
     const Rank& r = ranks_[static_cast<size_t>(i)];
     if (r.ok() || stopping_) return;
@@ -393,7 +396,7 @@ class Job {
     }
     const std::string line = "rank " + std::to_string(i) + " " + r.how();
     if (config_.on_failure) config_.on_failure(i, line);
-    if (config_.keep_going || config_.restarts > 0) {
+    if (keeps_going()) {
       // NOTE [keep going]: the others carry on (they see PeerFailure and may shrink their
       // group); with restarts left, the rank starts again (it may rejoin through grow()).
       ++failures_;
@@ -406,7 +409,7 @@ class Job {
         Rank& old = ranks_[static_cast<size_t>(i)];
         kill(-old.pid, SIGKILL);  // what the dead process left in its process group
         for (Relay* rel : {&old.out, &old.err}) {
-          for (int k = 0; k < 64 && rel->fd >= 0 && rel->pump(); ++k) {
+          for (int reads = 0; reads < 64 && rel->fd >= 0 && rel->pump(); ++reads) {
           }
           rel->close_fd();  // relays the rest of its output first
         }
@@ -552,8 +555,7 @@ class Job {
 
   int summarise() {
     bool all_ok = std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.ok(); });
-    if (!all_ok && (config_.keep_going || config_.restarts > 0) && interrupted_by_ == 0 &&
-        !timed_out_) {
+    if (!all_ok && keeps_going() && interrupted_by_ == 0 && !timed_out_) {
       // NOTE [keep going]: ranks killed by a signal were expected; an error exit was not.
       bool any_ok = false, any_error = false;
       for (const auto& r : ranks_) {
