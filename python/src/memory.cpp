@@ -379,16 +379,26 @@ Array array_over(const SymmetricMemory& mem, nb::handle shape, nb::handle dtype,
 template <class C>
 void bind_sync(C& cls, const SymmetricMemory& (*get)(const typename C::Type&)) {
   cls.def(
-         "barrier",
-         [get](const typename C::Type& self, int channel, nb::handle timeout, nb::handle stream) {
-           const SymmetricMemory& m = get(self);
-           Millis t = to_timeout(timeout, "barrier");
-           Stream s = op_stream(stream, m.device(), "barrier");
-           nb::gil_scoped_release r;
-           m.barrier(channel, t, s);
-         },
-         "channel"_a = 0, "timeout"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
-         "Barrier over the allocation's signal pads on `channel` (GPU: enqueued on `stream`).")
+         "signal_pad",
+         [get](const typename C::Type& self, nb::handle peer, nb::handle sizes, nb::handle dtype,
+               int64_t offset) { return pad_array(get(self), peer, sizes, dtype, offset); },
+         "peer"_a.none() = nb::none(), "sizes"_a.none() = nb::none(), "dtype"_a.none() = nb::none(),
+         "offset"_a = 0,
+         nb::sig("def signal_pad(self, peer: int | None = None, sizes: object | None = None, "
+                 "dtype: object | None = None, offset: int = 0) -> SymmetricArray"),
+         "peer's signal pad (default: this rank's) as an array (DLPack-capable): all of it as "
+         "uint32, or `sizes` elements of `dtype` from element `offset`.")
+      .def(
+          "barrier",
+          [get](const typename C::Type& self, int channel, nb::handle timeout, nb::handle stream) {
+            const SymmetricMemory& m = get(self);
+            Millis t = to_timeout(timeout, "barrier");
+            Stream s = op_stream(stream, m.device(), "barrier");
+            nb::gil_scoped_release r;
+            m.barrier(channel, t, s);
+          },
+          "channel"_a = 0, "timeout"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
+          "Barrier over the allocation's signal pads on `channel` (GPU: enqueued on `stream`).")
       .def(
           "put_signal",
           [get](const typename C::Type& self, int dst, int channel, nb::handle timeout,
@@ -519,16 +529,6 @@ void bind_symmetric_memory(nb::module_& m) {
             return reinterpret_cast<uintptr_t>(s.signal_pad(peer));
           },
           "peer"_a)
-      .def(
-          "signal_pad",
-          [](const SymmetricMemory& s, nb::handle peer, nb::handle sizes, nb::handle dtype,
-             int64_t offset) { return pad_array(s, peer, sizes, dtype, offset); },
-          "peer"_a.none() = nb::none(), "sizes"_a.none() = nb::none(),
-          "dtype"_a.none() = nb::none(), "offset"_a = 0,
-          nb::sig("def signal_pad(self, peer: int | None = None, sizes: object | None = None, "
-                  "dtype: object | None = None, offset: int = 0) -> SymmetricArray"),
-          "peer's signal pad (default: this rank's) as an array (DLPack-capable): all of it as "
-          "uint32, or `sizes` elements of `dtype` from element `offset`.")
       .def_prop_ro("signal_pad_bytes", &SymmetricMemory::signal_pad_bytes)
       .def_prop_ro("num_channels", &SymmetricMemory::num_channels)
       .def("direct_access", &SymmetricMemory::direct_access, "peer"_a)
@@ -609,17 +609,6 @@ void bind_array_access(nb::class_<Array>& arr) {
           },
           "peer"_a,
           "The same array in peer's buffer (DLPack-capable; loads and stores reach the peer).")
-      .def(
-          "signal_pad",
-          [](const Array& a, nb::handle peer, nb::handle sizes, nb::handle dtype, int64_t offset) {
-            return pad_array(a.mem, peer, sizes, dtype, offset);
-          },
-          "peer"_a.none() = nb::none(), "sizes"_a.none() = nb::none(),
-          "dtype"_a.none() = nb::none(), "offset"_a = 0,
-          nb::sig("def signal_pad(self, peer: int | None = None, sizes: object | None = None, "
-                  "dtype: object | None = None, offset: int = 0) -> SymmetricArray"),
-          "peer's signal pad (default: this rank's): all of it as uint32, or `sizes` elements "
-          "of `dtype` from element `offset`.")
       .def("device_handle", [](const Array& a) { return a.mem.device_handle(); });
 }
 

@@ -608,6 +608,27 @@ void bind_store_types(nb::module_& m) {
            nb::call_guard<nb::gil_scoped_release>());
 }
 
+// The group `make` returns, made without the GIL (it waits for the other ranks).
+template <class Make>
+nb::object made_without_gil(Make&& make) {
+  Group g;
+  {
+    nb::gil_scoped_release r;
+    g = make();
+  }
+  return nb::cast(std::move(g));
+}
+
+// The group `make` returns; it becomes the default group if there is none yet (Group.from_env,
+// Group.rejoin).
+template <class Make>
+nb::object default_if_none(Make&& make) {
+  nb::object obj = made_without_gil(make);
+  if (!default_group_slot().is_valid() || default_group_slot().is_none())
+    default_group_slot() = obj;
+  return obj;
+}
+
 // Group.from_env and Group.create.
 void bind_group_constructors(nb::class_<Group>& group) {
   group
@@ -619,15 +640,7 @@ void bind_group_constructors(nb::class_<Group>& group) {
             GroupOptions o =
                 group_options(rank, world_size, local_rank, local_world_size, store_url,
                               std::move(store), token, timeout, "Group.from_env");
-            Group g;
-            {
-              nb::gil_scoped_release r;
-              g = Group::from_env(o);
-            }
-            nb::object obj = nb::cast(g);
-            if (!default_group_slot().is_valid() || default_group_slot().is_none())
-              default_group_slot() = obj;
-            return obj;
+            return default_if_none([&] { return Group::from_env(o); });
           },
           nb::kw_only(), "rank"_a.none() = nb::none(), "world_size"_a.none() = nb::none(),
           "local_rank"_a.none() = nb::none(), "local_world_size"_a.none() = nb::none(),
@@ -662,15 +675,7 @@ void bind_group_constructors(nb::class_<Group>& group) {
             GroupOptions o =
                 group_options(std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
                               nullptr, std::nullopt, timeout, "Group.rejoin");
-            Group g;
-            {
-              nb::gil_scoped_release r;
-              g = Group::rejoin(o);
-            }
-            nb::object obj = nb::cast(g);
-            if (!default_group_slot().is_valid() || default_group_slot().is_none())
-              default_group_slot() = obj;
-            return obj;
+            return default_if_none([&] { return Group::rejoin(o); });
           },
           nb::kw_only(), "timeout"_a.none() = nb::none(),
           nb::sig("def rejoin(*, timeout: float | datetime.timedelta | None = None) -> Group"),
@@ -681,9 +686,11 @@ void bind_group_constructors(nb::class_<Group>& group) {
                   "(SYMMEM_RESTART_COUNT > 0; symmem-run --restart-failed).");
 }
 
-// A group that replaces `old` (shrink, grow) also replaces it as the default group.
-nb::object replacing_default(const Group& old, Group g) {
-  nb::object obj = nb::cast(std::move(g));
+// The group `make` returns, which replaces `old` (shrink, grow) as the default group where
+// `old` was it.
+template <class Make>
+nb::object replacing_default(const Group& old, Make&& make) {
+  nb::object obj = made_without_gil(make);
   nb::object& slot = default_group_slot();
   if (slot.is_valid() && !slot.is_none() && nb::isinstance<Group>(slot) &&
       nb::cast<const Group&>(slot).impl() == old.impl()) {
@@ -721,12 +728,7 @@ void bind_group(nb::module_& m) {
       .def(
           "shrink",
           [](const Group& g, const std::vector<int>& excluded) {
-            Group out;
-            {
-              nb::gil_scoped_release r;
-              out = g.shrink(excluded);
-            }
-            return replacing_default(g, std::move(out));
+            return replacing_default(g, [&] { return g.shrink(excluded); });
           },
           "excluded"_a, nb::sig("def shrink(self, excluded: Sequence[int]) -> Group"),
           "Collective over the survivors: their group, ranks renumbered in the old order "
@@ -734,12 +736,7 @@ void bind_group(nb::module_& m) {
       .def(
           "grow",
           [](const Group& g, int joiners) {
-            Group out;
-            {
-              nb::gil_scoped_release r;
-              out = g.grow(joiners);
-            }
-            return replacing_default(g, std::move(out));
+            return replacing_default(g, [&] { return g.grow(joiners); });
           },
           "joiners"_a, nb::sig("def grow(self, joiners: int) -> Group"),
           "Collective over this group and `joiners` processes calling Group.rejoin(): the group "

@@ -347,11 +347,6 @@ class SymmetricMemory:
 
     def signal_pad_ptr(self, peer: int) -> int: ...
 
-    def signal_pad(self, peer: int | None = None, sizes: object | None = None, dtype: object | None = None, offset: int = 0) -> SymmetricArray:
-        """
-        peer's signal pad (default: this rank's) as an array (DLPack-capable): all of it as uint32, or `sizes` elements of `dtype` from element `offset`.
-        """
-
     @property
     def signal_pad_bytes(self) -> int: ...
 
@@ -378,6 +373,11 @@ class SymmetricMemory:
         """A SymmetricArray over bytes [offset, offset + nbytes) of this view."""
 
     def __repr__(self) -> str: ...
+
+    def signal_pad(self, peer: int | None = None, sizes: object | None = None, dtype: object | None = None, offset: int = 0) -> SymmetricArray:
+        """
+        peer's signal pad (default: this rank's) as an array (DLPack-capable): all of it as uint32, or `sizes` elements of `dtype` from element `offset`.
+        """
 
     def barrier(self, channel: int = 0, timeout: object | None = None, stream: object | None = None) -> None:
         """
@@ -466,11 +466,6 @@ class SymmetricArray:
         The same array in peer's buffer (DLPack-capable; loads and stores reach the peer).
         """
 
-    def signal_pad(self, peer: int | None = None, sizes: object | None = None, dtype: object | None = None, offset: int = 0) -> SymmetricArray:
-        """
-        peer's signal pad (default: this rank's): all of it as uint32, or `sizes` elements of `dtype` from element `offset`.
-        """
-
     def device_handle(self) -> DeviceHandle: ...
 
     def __dlpack__(self, *, stream: int | None = None, max_version: tuple[int, int] | None = None, dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> types.CapsuleType:
@@ -488,6 +483,11 @@ class SymmetricArray:
     def __len__(self) -> int: ...
 
     def __repr__(self) -> str: ...
+
+    def signal_pad(self, peer: int | None = None, sizes: object | None = None, dtype: object | None = None, offset: int = 0) -> SymmetricArray:
+        """
+        peer's signal pad (default: this rank's) as an array (DLPack-capable): all of it as uint32, or `sizes` elements of `dtype` from element `offset`.
+        """
 
     def barrier(self, channel: int = 0, timeout: object | None = None, stream: object | None = None) -> None:
         """
