@@ -728,6 +728,19 @@ void bind_allocation(nb::module_& m) {
       "A new symmetric array (uninitialised; collective over group, default: the default "
       "group). device: 'cpu', 'cuda' (torch's current device when torch is imported, else the "
       "group's local rank), 'cuda:N', an int N or a torch.device.");
+
+  m.def(
+      "find_memory",
+      [](uintptr_t ptr, size_t nbytes) -> nb::object {
+        size_t offset = 0;
+        auto mem = find_allocation(reinterpret_cast<const void*>(ptr), nbytes, &offset);
+        if (!mem || !mem->valid()) return nb::none();
+        return nb::make_tuple(*mem, offset);
+      },
+      "ptr"_a, "nbytes"_a = 0,
+      nb::sig("def find_memory(ptr: int, nbytes: int = 0) -> tuple[SymmetricMemory, int] | None"),
+      "(handle, byte offset) of the live symmetric allocation of this process that holds bytes "
+      "[ptr, ptr + nbytes) of this rank's buffer, else None (no copy, no communication).");
 }
 
 void bind_backend_selection(nb::module_& m) {

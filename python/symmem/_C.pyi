@@ -524,6 +524,11 @@ def empty(shape: int | Sequence[int], dtype: object = 'float32', device: str | i
     A new symmetric array (uninitialised; collective over group, default: the default group). device: 'cpu', 'cuda' (torch's current device when torch is imported, else the group's local rank), 'cuda:N', an int N or a torch.device.
     """
 
+def find_memory(ptr: int, nbytes: int = 0) -> tuple[SymmetricMemory, int] | None:
+    """
+    (handle, byte offset) of the live symmetric allocation of this process that holds bytes [ptr, ptr + nbytes) of this rank's buffer, else None (no copy, no communication).
+    """
+
 def select_backend(name: str) -> None:
     """
     Chooses this process's backend (auto, host, cuda, nvshmem, nccl) before the first allocation.

@@ -3,7 +3,8 @@
 # those as skipped, never as passed.
 set(_py_env "PYTHONPATH=${CMAKE_CURRENT_BINARY_DIR}" "SYMMEM_TIMEOUT_MS=60000"
             "PYTHONDONTWRITEBYTECODE=1")
-set(_pytest ${Python_EXECUTABLE} -m pytest -q -p no:cacheprovider -rs)
+set(_pytest_args -q -p no:cacheprovider -rs)
+set(_pytest ${Python_EXECUTABLE} -m pytest ${_pytest_args})
 set(_tdir ${CMAKE_CURRENT_SOURCE_DIR}/tests)
 
 function(symmem_py_test name)
@@ -65,3 +66,14 @@ if(TARGET symmem-run)
   set_tests_properties(python_example_numpy PROPERTIES LABELS "python;mp" TIMEOUT 120
                        ENVIRONMENT "${_py_env}")
 endif()
+
+# symmem.torch.symm_mem, torch's symmetric-memory surface (issue #23), under torchrun on CPU
+# tensors; skipped (exit 77) where torch is not installed.
+foreach(np 2 3)
+  add_test(NAME python_symm_mem_${np}
+           COMMAND ${Python_EXECUTABLE} ${_tdir}/torchrun_pytest.py ${np} ${_pytest_args}
+                   ${_tdir}/test_symm_mem.py
+           WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  set_tests_properties(python_symm_mem_${np} PROPERTIES LABELS "python;mp" TIMEOUT 300
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_py_env}")
+endforeach()
