@@ -11,8 +11,8 @@ A program written for PyTorch's symmetric memory runs on symmem by changing its 
 
 Importing this module registers symmem's kernels for the ``torch.ops.symm_mem`` ops that it
 provides (docs/torch.md lists them against torch's names): on the CPU, where torch has none, and
-on CUDA for tensors in symmem memory only (tensors of torch's own symmetric memory still reach
-torch's kernels). Where torch lacks an op it is defined with torch's schema.
+on CUDA (where torch sees a GPU) for tensors in symmem memory only: other tensors, those of torch's
+own symmetric memory among them, still reach torch's kernels. Where torch lacks an op it is defined with torch's schema.
 
 Groups are torch process groups, their ``group_name``, or symmem Groups. Allocation differs from
 torch's in one way: ``empty()`` is collective over the default group (every rank of the job calls
@@ -162,8 +162,6 @@ def _allocate(group: _symmem.Group, size: Sequence[int], dtype: torch.dtype,
     nbytes = math.prod(size) * torch.empty((), dtype=dtype).element_size()
     mem = _symmem.allocate(group, max(nbytes, 1), name, signal_pad_bytes=_signal_pad_size or 0)
     _st.register_group(group)
-    if name != "cpu":
-        _enable_cuda_dispatch()
     return torch.from_dlpack(mem.array(tuple(size), _st._dtype_name(dtype)))
 
 
@@ -672,18 +670,10 @@ def _register_cpu() -> None:
             _lib.impl(name, kernel, "CPU")
 
 
-_register_cpu()
-_cuda_enabled = False
-
-
-def _enable_cuda_dispatch() -> None:
-    """On the first CUDA allocation: symmem's kernels for CUDA tensors in symmem memory, torch's
-    (below the autograd key) for every other tensor. Registered at AutogradCUDA, which these ops
-    have no kernel of their own for, so torch's CUDA kernels stay registered and reachable."""
-    global _cuda_enabled
-    if _cuda_enabled:
-        return
-    _cuda_enabled = True
+def _register_cuda() -> None:
+    """symmem's kernels for CUDA tensors in symmem memory, torch's (below the autograd key) for
+    every other tensor. Registered at AutogradCUDA, which these ops have no kernel of their own
+    for, so torch's CUDA kernels stay registered and reachable."""
     for name, (kernel, _) in _OPS.items():
         op = getattr(torch.ops.symm_mem, name).default
         has_cuda = _has(f"symm_mem::{name}", "CUDA")
@@ -696,3 +686,8 @@ def _enable_cuda_dispatch() -> None:
                 return _op(*args)
 
         _lib.impl(name, route, "AutogradCUDA")
+
+
+_register_cpu()
+if torch.cuda.is_available():
+    _register_cuda()
