@@ -7,6 +7,7 @@
 #include "symmem/error.hpp"
 #include "symmem/group.hpp"
 #include "symmem/memory.hpp"
+#include "symmem/moe.hpp"
 #include "symmem/ops.hpp"
 #include "symmem/store.hpp"
 #include "symmem/types.hpp"

@@ -84,11 +84,15 @@ Device array_device(nb::handle obj, const char* op, const char* arg);
 // on CUDA arrays (nullptr: the legacy default stream).
 ArrayRef import_array(nb::handle obj, const char* op, const char* arg, Stream stream);
 
+// The `group` argument of a collective call, else the default group (InvalidArgument if none).
+Group resolve_alloc_group(nb::handle group, const char* op);
+
 // Registration of each part of the module.
 void bind_errors(nb::module_& m);
 void bind_core(nb::module_& m);    // types, env, stores, groups
 void bind_memory(nb::module_& m);  // SymmetricMemory, SymmetricArray, allocate, empty
 void bind_ops(nb::module_& m);
+void bind_moe(nb::module_& m);  // moe_layout, moe_dispatch, moe_combine
 
 // The process's default group (set by the first Group.from_env(), or set_default_group()).
 nb::object& default_group_slot();

@@ -311,6 +311,8 @@ std::vector<int64_t> to_shape(nb::handle shape, const char* op) {
   return out;
 }
 
+}  // namespace
+
 Group resolve_alloc_group(nb::handle group, const char* op) {
   nb::handle g = group.is_none() ? default_group_slot() : group;
   if (!g.is_valid() || g.is_none())
@@ -320,6 +322,8 @@ Group resolve_alloc_group(nb::handle group, const char* op) {
   if (!nb::isinstance<Group>(g)) throw_invalid_argument(op, -1, "group", "must be a symmem.Group");
   return nb::cast<Group>(g);
 }
+
+namespace {
 
 Array make_array(const SymmetricMemory& mem, std::vector<int64_t> shape, dl::DataType dtype) {
   Array a;

@@ -588,3 +588,66 @@ def op_table() -> list[dict]:
     """
     The ops, one dict per row of the library's op table: name, count_arg, send and recv (blocks of count per buffer: none, one, world, root, var), in_place (no, same, recv_block, send_block), kind (reduction, collective, one_sided, sync), agree (the arguments every rank must pass alike), busbw_factor(world) and schema (the torch custom op's arguments).
     """
+
+class MoeLayout:
+    """
+    Where each token of a MoE dispatch goes and where each received row came from (symmem.moe_layout; docs/moe.md).
+    """
+
+    @property
+    def mode(self) -> str: ...
+
+    @property
+    def group(self) -> Group: ...
+
+    @property
+    def num_tokens(self) -> int: ...
+
+    @property
+    def topk(self) -> int: ...
+
+    @property
+    def num_experts(self) -> int: ...
+
+    @property
+    def num_local_experts(self) -> int: ...
+
+    @property
+    def max_tokens(self) -> int: ...
+
+    @property
+    def recv_rows(self) -> int:
+        """Rows of recv_x (and of y)."""
+
+    @property
+    def expert_counts(self) -> list[int]:
+        """Rows per local expert."""
+
+    @property
+    def row_source(self) -> list[tuple[int, int, int]]:
+        """
+        (rank, token, slot) of each row of recv_x; (-1, -1, -1) for the unwritten rows of low_latency.
+        """
+
+    def expert_offset(self, e: int) -> int:
+        """The row of recv_x where local expert e begins."""
+
+    def recv_shape(self, hidden: int) -> tuple:
+        """
+        Shape of recv_x: (recv_rows, hidden), or (local experts, world_size * max_tokens, hidden) in low_latency mode.
+        """
+
+def moe_layout(topk_idx: object, num_experts: int, *, mode: str = 'normal', max_tokens: int = 0, group: Group | None = None, timeout: float | datetime.timedelta | None = None) -> MoeLayout:
+    """
+    Collective: exchanges which tokens (topk_idx [tokens, topk] int32/int64, -1 = dropped) go to which of num_experts experts (split evenly over the ranks). mode 'low_latency' gives every local expert world_size * max_tokens rows.
+    """
+
+def moe_dispatch(x: object, layout: MoeLayout, recv_x: object, *, x_scales: object = None, recv_scales: object = None, timeout: float | datetime.timedelta | None = None) -> None:
+    """
+    Collective: sends the tokens x [tokens, hidden] to their experts' ranks; recv_x (layout.recv_shape(hidden)) gets them grouped by local expert. fp8 x carries x_scales [tokens, hidden/128] float32 into recv_scales.
+    """
+
+def moe_combine(y: object, layout: MoeLayout, topk_weights: object, out: object, *, timeout: float | datetime.timedelta | None = None) -> None:
+    """
+    Collective: brings the experts' outputs y (recv_x's layout) back and writes out [tokens, hidden] = the sum over each token's top-k slots of topk_weights * y, in f32, slot by slot.
+    """

@@ -1,0 +1,218 @@
+// symmem._C: MoE dispatch and combine (symmem/moe.hpp) over DLPack-capable arrays.
+
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "common.hpp"
+#include "symmem/moe.hpp"
+
+namespace symmem::py {
+
+using namespace nb::literals;
+
+namespace {
+
+// An imported argument with its symmem dtype and device checked.
+struct Arg {
+  ArrayRef ref;
+  DType dtype;
+};
+
+Arg take(nb::handle obj, const char* op, const char* arg, int rank) {
+  Arg a{import_array(obj, op, arg, nullptr), DType::u8};
+  auto t = to_symmem_dtype(a.ref.dtype);
+  if (!t) throw_invalid_argument(op, rank, arg, "has dtype " + dtype_name(a.ref.dtype));
+  a.dtype = *t;
+  return a;
+}
+
+void want_dtype(const Arg& a, DType t, const char* op, const char* arg, int rank) {
+  if (a.dtype != t)
+    throw_invalid_argument(op, rank, arg,
+                           std::string("has dtype ") + dtype_info(a.dtype).name + "; it takes " +
+                               dtype_info(t).name);
+}
+
+void want_numel(const Arg& a, size_t n, const char* op, const char* arg, int rank,
+                const std::string& why) {
+  if (a.ref.numel != n)
+    throw_invalid_argument(op, rank, arg,
+                           "has " + std::to_string(a.ref.numel) + " elements; it takes " +
+                               std::to_string(n) + " (" + why + ")");
+}
+
+// The hidden size of a [rows, hidden] (or [..., hidden]) argument.
+size_t hidden_of(const Arg& a, const char* op, const char* arg, int rank) {
+  if (a.ref.shape.size() < 2)
+    throw_invalid_argument(op, rank, arg,
+                           "must have 2 or more dimensions ([tokens, hidden]); it has " +
+                               std::to_string(a.ref.shape.size()));
+  return static_cast<size_t>(a.ref.shape.back());
+}
+
+OpOptions options(const Arg& first, nb::handle timeout, const char* op) {
+  OpOptions o;
+  o.timeout = to_timeout(timeout, op);
+  o.device = first.ref.device;
+  return o;
+}
+
+std::string scales_shape(size_t rows, size_t hidden) {
+  return "[" + std::to_string(rows) + ", " + std::to_string(hidden / 128) + "] float32 scales";
+}
+
+}  // namespace
+
+void bind_moe(nb::module_& m) {
+  nb::class_<MoeLayout>(m, "MoeLayout",
+                        "Where each token of a MoE dispatch goes and where each received row "
+                        "came from (symmem.moe_layout; docs/moe.md).")
+      .def_prop_ro("mode",
+                   [](const MoeLayout& l) {
+                     return l.mode() == MoeMode::normal ? "normal" : "low_latency";
+                   })
+      .def_prop_ro("group", &MoeLayout::group)
+      .def_prop_ro("num_tokens", &MoeLayout::num_tokens)
+      .def_prop_ro("topk", &MoeLayout::topk)
+      .def_prop_ro("num_experts", &MoeLayout::num_experts)
+      .def_prop_ro("num_local_experts", &MoeLayout::num_local_experts)
+      .def_prop_ro("max_tokens", &MoeLayout::max_tokens)
+      .def_prop_ro("recv_rows", &MoeLayout::recv_rows, "Rows of recv_x (and of y).")
+      .def_prop_ro("expert_counts", &MoeLayout::expert_counts, "Rows per local expert.")
+      .def_prop_ro(
+          "row_source",
+          [](const MoeLayout& l) {
+            const auto& s = l.row_source();
+            std::vector<nb::tuple> out;
+            out.reserve(s.size() / 3);
+            for (size_t i = 0; i + 2 < s.size(); i += 3)
+              out.push_back(nb::make_tuple(s[i], s[i + 1], s[i + 2]));
+            return out;
+          },
+          nb::sig("def row_source(self) -> list[tuple[int, int, int]]"),
+          "(rank, token, slot) of each row of recv_x; (-1, -1, -1) for the unwritten rows of "
+          "low_latency.")
+      .def("expert_offset", &MoeLayout::expert_offset, "e"_a,
+           "The row of recv_x where local expert e begins.")
+      .def(
+          "recv_shape",
+          [](const MoeLayout& l, size_t hidden) {
+            if (l.mode() == MoeMode::low_latency)
+              return nb::make_tuple(l.num_local_experts(),
+                                    l.max_tokens() * static_cast<size_t>(l.group().world_size()),
+                                    hidden);
+            return nb::make_tuple(l.recv_rows(), hidden);
+          },
+          "hidden"_a,
+          "Shape of recv_x: (recv_rows, hidden), or (local experts, world_size * max_tokens, "
+          "hidden) in low_latency mode.");
+
+  m.def(
+      "moe_layout",
+      [](nb::handle topk_idx, int num_experts, const std::string& mode, size_t max_tokens,
+         nb::handle group, nb::handle timeout) {
+        const char* op = "moe_layout";
+        Group g = resolve_alloc_group(group, op);
+        Arg idx = take(topk_idx, op, "topk_idx", g.rank());
+        if (idx.ref.shape.size() != 2)
+          throw_invalid_argument(op, g.rank(), "topk_idx",
+                                 "must be [tokens, topk]; it has " +
+                                     std::to_string(idx.ref.shape.size()) + " dimensions");
+        MoeOptions o;
+        static_cast<OpOptions&>(o) = options(idx, timeout, op);
+        if (mode == "low_latency" || mode == "ll")
+          o.mode = MoeMode::low_latency;
+        else if (mode != "normal")
+          throw_invalid_argument(op, g.rank(), "mode",
+                                 "= '" + mode + "'; it takes 'normal' or 'low_latency'");
+        o.max_tokens = max_tokens;
+        nb::gil_scoped_release r;
+        return moe_layout(idx.ref.data, idx.dtype, static_cast<size_t>(idx.ref.shape[0]),
+                          static_cast<int>(idx.ref.shape[1]), num_experts, g, o);
+      },
+      "topk_idx"_a, "num_experts"_a, nb::kw_only(), "mode"_a = "normal", "max_tokens"_a = 0,
+      "group"_a.none() = nb::none(), "timeout"_a.none() = nb::none(),
+      nb::sig("def moe_layout(topk_idx: object, num_experts: int, *, mode: str = 'normal', "
+              "max_tokens: int = 0, group: Group | None = None, "
+              "timeout: float | datetime.timedelta | None = None) -> MoeLayout"),
+      "Collective: exchanges which tokens (topk_idx [tokens, topk] int32/int64, -1 = dropped) go "
+      "to which of num_experts experts (split evenly over the ranks). mode 'low_latency' gives "
+      "every local expert world_size * max_tokens rows.");
+
+  m.def(
+      "moe_dispatch",
+      [](nb::handle x, const MoeLayout& layout, nb::handle recv_x, nb::handle x_scales,
+         nb::handle recv_scales, nb::handle timeout) {
+        const char* op = "moe_dispatch";
+        const int rank = layout.valid() ? layout.group().rank() : -1;
+        if (!layout.valid()) throw_invalid_argument(op, rank, "layout", "is not a layout");
+        Arg xa = take(x, op, "x", rank);
+        Arg ra = take(recv_x, op, "recv_x", rank);
+        size_t hidden = layout.num_tokens() ? hidden_of(xa, op, "x", rank)
+                                            : hidden_of(ra, op, "recv_x", rank);
+        want_numel(xa, layout.num_tokens() * hidden, op, "x", rank, "the layout's tokens x hidden");
+        want_dtype(ra, xa.dtype, op, "recv_x", rank);
+        want_numel(ra, layout.recv_rows() * hidden, op, "recv_x", rank,
+                   "the layout's recv_rows x hidden");
+        std::optional<Arg> xs, rs;
+        if (!x_scales.is_none()) {
+          xs = take(x_scales, op, "x_scales", rank);
+          want_dtype(*xs, DType::f32, op, "x_scales", rank);
+          want_numel(*xs, layout.num_tokens() * (hidden / 128), op, "x_scales", rank,
+                     scales_shape(layout.num_tokens(), hidden));
+        }
+        if (!recv_scales.is_none()) {
+          rs = take(recv_scales, op, "recv_scales", rank);
+          want_dtype(*rs, DType::f32, op, "recv_scales", rank);
+          want_numel(*rs, layout.recv_rows() * (hidden / 128), op, "recv_scales", rank,
+                     scales_shape(layout.recv_rows(), hidden));
+        }
+        OpOptions o = options(xa, timeout, op);
+        nb::gil_scoped_release r;
+        moe_dispatch(layout, xa.ref.data, xa.dtype, hidden,
+                     xs ? static_cast<const float*>(xs->ref.data) : nullptr, ra.ref.data,
+                     rs ? static_cast<float*>(rs->ref.data) : nullptr, o);
+      },
+      "x"_a, "layout"_a, "recv_x"_a, nb::kw_only(), "x_scales"_a.none() = nb::none(),
+      "recv_scales"_a.none() = nb::none(), "timeout"_a.none() = nb::none(),
+      nb::sig("def moe_dispatch(x: object, layout: MoeLayout, recv_x: object, *, "
+              "x_scales: object = None, recv_scales: object = None, "
+              "timeout: float | datetime.timedelta | None = None) -> None"),
+      "Collective: sends the tokens x [tokens, hidden] to their experts' ranks; recv_x "
+      "(layout.recv_shape(hidden)) gets them grouped by local expert. fp8 x carries x_scales "
+      "[tokens, hidden/128] float32 into recv_scales.");
+
+  m.def(
+      "moe_combine",
+      [](nb::handle y, const MoeLayout& layout, nb::handle topk_weights, nb::handle out,
+         nb::handle timeout) {
+        const char* op = "moe_combine";
+        const int rank = layout.valid() ? layout.group().rank() : -1;
+        if (!layout.valid()) throw_invalid_argument(op, rank, "layout", "is not a layout");
+        Arg ya = take(y, op, "y", rank);
+        Arg wa = take(topk_weights, op, "topk_weights", rank);
+        Arg oa = take(out, op, "out", rank);
+        size_t hidden = hidden_of(oa, op, "out", rank);
+        want_numel(ya, layout.recv_rows() * hidden, op, "y", rank,
+                   "the layout's recv_rows x hidden");
+        want_dtype(wa, DType::f32, op, "topk_weights", rank);
+        want_numel(wa, layout.num_tokens() * static_cast<size_t>(layout.topk()), op,
+                   "topk_weights", rank, "the layout's tokens x topk");
+        want_dtype(oa, ya.dtype, op, "out", rank);
+        want_numel(oa, layout.num_tokens() * hidden, op, "out", rank,
+                   "the layout's tokens x hidden");
+        OpOptions o = options(ya, timeout, op);
+        nb::gil_scoped_release r;
+        moe_combine(layout, ya.ref.data, ya.dtype, hidden,
+                    static_cast<const float*>(wa.ref.data), oa.ref.data, o);
+      },
+      "y"_a, "layout"_a, "topk_weights"_a, "out"_a, nb::kw_only(),
+      "timeout"_a.none() = nb::none(),
+      nb::sig("def moe_combine(y: object, layout: MoeLayout, topk_weights: object, out: object, "
+              "*, timeout: float | datetime.timedelta | None = None) -> None"),
+      "Collective: brings the experts' outputs y (recv_x's layout) back and writes out "
+      "[tokens, hidden] = the sum over each token's top-k slots of topk_weights * y, in f32, "
+      "slot by slot.");
+}
+
+}  // namespace symmem::py

@@ -1,0 +1,395 @@
+// MoE dispatch and combine (symmem/moe.hpp) over the library's all_to_all / all_to_all_v.
+//
+// NOTE [moe exchange]
+// moe_layout() is the metadata step: every rank tells each peer how many of its tokens go there
+// (all_to_all of one count per peer) and then sends, per token, its top-k expert ids
+// (all_to_all_v), so that each expert rank knows its rows' order (grouped by local expert, then
+// source rank, token, slot; symmem/moe.hpp) and its counts before any data moves. dispatch packs
+// each token once per destination rank (its row, then its fp8 scales) and moves the packs with
+// all_to_all_v, whose counts both sides know from the layout; the receiver then writes the rows
+// into recv_x in the layout's order. combine reverses that: the expert rank sends each row back
+// to its token's rank in the layout's order restricted to that rank, which the token's rank can
+// recompute from its own topk_idx (per destination: local expert, then token, then slot), and
+// sums the rows with the router's weights there, slot by slot, in f32. The exchange runs in CPU
+// memory; the ops' symmetric workspace carries it between the ranks.
+
+#include "symmem/moe.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "core/float_convert.hpp"
+#include "symmem/error.hpp"
+
+namespace symmem {
+
+struct MoeLayout::Impl {
+  Group group;
+  MoeMode mode = MoeMode::normal;
+  int world = 0, rank = 0, experts = 0, local = 0, k = 0;
+  size_t tokens = 0, max_tokens = 0;
+  std::vector<int64_t> topk;                    // [tokens, k]
+  std::vector<std::vector<size_t>> send_tokens;  // per destination: its tokens, ascending
+  std::vector<int64_t> recv_tokens;             // per source: tokens it sends here
+  std::vector<size_t> recv_first;               // per source: its first token in recv order
+  // Per row of recv_x: the received token it copies (index in recv order), or -1.
+  std::vector<int64_t> row_token;
+  std::vector<int64_t> row_source;  // [rows, 3]: rank, token, slot
+  std::vector<int64_t> expert_counts;
+  std::vector<size_t> expert_offset;
+  size_t rows = 0;
+};
+
+MoeLayout::MoeLayout() = default;
+MoeLayout::MoeLayout(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+bool MoeLayout::valid() const { return impl_ != nullptr; }
+
+namespace {
+
+const MoeLayout::Impl& need(const MoeLayout& l, const char* op) {
+  if (!l.valid()) throw_invalid_argument(op, -1, "layout", "is not a layout (use moe_layout)");
+  return *l.impl();
+}
+
+void cpu_only(const OpOptions& o, const char* op, int rank) {
+  if (o.device && o.device->is_cuda())
+    throw_error(ErrorCode::Unsupported, op, rank,
+                "GPU memory is not served yet: MoE dispatch/combine runs on CPU memory (host "
+                "backend); see docs/moe.md");
+}
+
+// The inner ops run on the CPU whatever else the group has allocated.
+AllToAllVOptions inner(const OpOptions& o) {
+  AllToAllVOptions a;
+  a.timeout = o.timeout;
+  a.device = Device::cpu();
+  a.recv_counts_known = true;
+  return a;
+}
+
+bool is_fp8(DType t) { return t == DType::f8e4m3 || t == DType::f8e5m2; }
+constexpr size_t kScaleBlock = 128;
+
+// all_to_all_v of byte packs whose sizes both sides know.
+void exchange(const std::vector<uint8_t>& send, const std::vector<int64_t>& send_bytes,
+              std::vector<uint8_t>& recv, const std::vector<int64_t>& recv_bytes,
+              const Group& g, const OpOptions& o) {
+  int64_t total = 0;
+  for (int64_t b : recv_bytes) total += b;
+  recv.assign(static_cast<size_t>(total), 0);
+  std::vector<int64_t> counts = recv_bytes, offsets(recv_bytes.size());
+  all_to_all_v(send.empty() ? nullptr : send.data(), send_bytes.data(),
+               recv.empty() ? nullptr : recv.data(), counts.data(), offsets.data(), recv.size(),
+               DType::u8, g, inner(o));
+}
+
+}  // namespace
+
+MoeMode MoeLayout::mode() const { return need(*this, "MoeLayout").mode; }
+const Group& MoeLayout::group() const { return need(*this, "MoeLayout").group; }
+size_t MoeLayout::num_tokens() const { return need(*this, "MoeLayout").tokens; }
+int MoeLayout::topk() const { return need(*this, "MoeLayout").k; }
+int MoeLayout::num_experts() const { return need(*this, "MoeLayout").experts; }
+int MoeLayout::num_local_experts() const { return need(*this, "MoeLayout").local; }
+size_t MoeLayout::max_tokens() const { return need(*this, "MoeLayout").max_tokens; }
+size_t MoeLayout::recv_rows() const { return need(*this, "MoeLayout").rows; }
+const std::vector<int64_t>& MoeLayout::expert_counts() const {
+  return need(*this, "MoeLayout").expert_counts;
+}
+const std::vector<int64_t>& MoeLayout::row_source() const {
+  return need(*this, "MoeLayout").row_source;
+}
+size_t MoeLayout::expert_offset(int e) const {
+  const Impl& l = need(*this, "MoeLayout::expert_offset");
+  if (e < 0 || e >= l.local)
+    throw_invalid_argument("MoeLayout::expert_offset", l.rank, "e",
+                           "= " + std::to_string(e) + " is not a local expert [0, " +
+                               std::to_string(l.local) + ")");
+  return l.expert_offset[static_cast<size_t>(e)];
+}
+
+MoeLayout moe_layout(const void* topk_idx, DType idx_dtype, size_t tokens, int topk,
+                     int num_experts, const Group& group, const MoeOptions& options) {
+  const char* op = "moe_layout";
+  if (!group.valid()) throw_invalid_argument(op, -1, "group", "is not a valid group");
+  auto l = std::make_shared<MoeLayout::Impl>();
+  l->group = group;
+  l->world = group.world_size();
+  l->rank = group.rank();
+  const int rank = l->rank, world = l->world;
+  cpu_only(options, op, rank);
+  if (topk < 1)
+    throw_invalid_argument(op, rank, "topk", "= " + std::to_string(topk) + " must be >= 1");
+  if (num_experts < 1 || num_experts % world != 0)
+    throw_invalid_argument(op, rank, "num_experts",
+                           "= " + std::to_string(num_experts) +
+                               " must be a positive multiple of the world size " +
+                               std::to_string(world));
+  if (idx_dtype != DType::i32 && idx_dtype != DType::i64)
+    throw_invalid_argument(op, rank, "topk_idx",
+                           std::string("has dtype ") + dtype_info(idx_dtype).name +
+                               "; it takes int32 or int64");
+  if (tokens > 0 && topk_idx == nullptr)
+    throw_invalid_argument(op, rank, "topk_idx", "is null");
+  l->mode = options.mode;
+  l->experts = num_experts;
+  l->local = num_experts / world;
+  l->k = topk;
+  l->tokens = tokens;
+  if (options.mode == MoeMode::low_latency) {
+    if (options.max_tokens == 0 || tokens > options.max_tokens)
+      throw_invalid_argument(op, rank, "max_tokens",
+                             "= " + std::to_string(options.max_tokens) +
+                                 ": low_latency needs max_tokens >= tokens (" +
+                                 std::to_string(tokens) + ") and > 0");
+    l->max_tokens = options.max_tokens;
+  }
+  const size_t k = static_cast<size_t>(topk);
+  l->topk.resize(tokens * k);
+  for (size_t i = 0; i < tokens * k; ++i) {
+    int64_t v = idx_dtype == DType::i32 ? static_cast<const int32_t*>(topk_idx)[i]
+                                        : static_cast<const int64_t*>(topk_idx)[i];
+    if (v < -1 || v >= num_experts)
+      throw_invalid_argument(op, rank, "topk_idx",
+                             "[" + std::to_string(i / k) + ", " + std::to_string(i % k) +
+                                 "] = " + std::to_string(v) + " is not an expert [0, " +
+                                 std::to_string(num_experts) + ") or -1");
+    l->topk[i] = v;
+  }
+  // Which ranks each token goes to: once per rank.
+  l->send_tokens.assign(static_cast<size_t>(world), {});
+  std::vector<char> seen(static_cast<size_t>(world));
+  for (size_t t = 0; t < tokens; ++t) {
+    std::fill(seen.begin(), seen.end(), 0);
+    for (size_t j = 0; j < k; ++j) {
+      int64_t e = l->topk[t * k + j];
+      if (e < 0) continue;
+      auto r = static_cast<size_t>(e / l->local);
+      if (!seen[r]) l->send_tokens[r].push_back(t);
+      seen[r] = 1;
+    }
+  }
+  // Counts, then the tokens' expert ids.
+  std::vector<int64_t> send_n(static_cast<size_t>(world)), recv_n(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r)
+    send_n[static_cast<size_t>(r)] = static_cast<int64_t>(l->send_tokens[static_cast<size_t>(r)].size());
+  OpOptions count_opts;
+  count_opts.timeout = options.timeout;
+  count_opts.device = Device::cpu();
+  all_to_all(send_n.data(), recv_n.data(), 1, DType::i64, group, count_opts);
+  if (l->max_tokens > 0)
+    for (int s = 0; s < world; ++s)
+      if (static_cast<size_t>(recv_n[static_cast<size_t>(s)]) > l->max_tokens)
+        throw_invalid_argument(op, rank, "max_tokens",
+                               "= " + std::to_string(l->max_tokens) + " but rank " +
+                                   std::to_string(s) + " sends " +
+                                   std::to_string(recv_n[static_cast<size_t>(s)]) + " tokens");
+  l->recv_tokens = recv_n;
+  std::vector<uint8_t> send, recv;
+  std::vector<int64_t> send_bytes(static_cast<size_t>(world)), recv_bytes(static_cast<size_t>(world));
+  const size_t meta = (k + 1) * sizeof(int64_t);  // the token's index, then its expert ids
+  for (int r = 0; r < world; ++r) {
+    auto ru = static_cast<size_t>(r);
+    for (size_t t : l->send_tokens[ru]) {
+      const auto index = static_cast<int64_t>(t);
+      const auto* p = reinterpret_cast<const uint8_t*>(&index);
+      send.insert(send.end(), p, p + sizeof index);
+      p = reinterpret_cast<const uint8_t*>(&l->topk[t * k]);
+      send.insert(send.end(), p, p + k * sizeof(int64_t));
+    }
+    send_bytes[ru] = static_cast<int64_t>(l->send_tokens[ru].size() * meta);
+    recv_bytes[ru] = recv_n[ru] * static_cast<int64_t>(meta);
+  }
+  exchange(send, send_bytes, recv, recv_bytes, group, options);
+  // The rows, grouped by local expert, then source, token, slot.
+  l->recv_first.resize(static_cast<size_t>(world));
+  size_t received = 0;
+  for (int s = 0; s < world; ++s) {
+    l->recv_first[static_cast<size_t>(s)] = received;
+    received += static_cast<size_t>(recv_n[static_cast<size_t>(s)]);
+  }
+  const auto* ids = reinterpret_cast<const int64_t*>(recv.data());
+  const int64_t first_expert = static_cast<int64_t>(rank) * l->local;
+  const size_t slab = l->max_tokens * static_cast<size_t>(world);
+  l->expert_counts.assign(static_cast<size_t>(l->local), 0);
+  l->expert_offset.resize(static_cast<size_t>(l->local));
+  for (int e = 0; e < l->local; ++e) {
+    auto eu = static_cast<size_t>(e);
+    l->expert_offset[eu] = l->max_tokens > 0 ? eu * slab : l->row_token.size();
+    if (l->max_tokens > 0) l->row_token.resize(eu * slab, -1);
+    for (int s = 0; s < world; ++s) {
+      auto su = static_cast<size_t>(s);
+      for (size_t i = 0; i < static_cast<size_t>(recv_n[su]); ++i) {
+        size_t tok = l->recv_first[su] + i;
+        const int64_t* m = ids + tok * (k + 1);
+        for (size_t j = 0; j < k; ++j) {
+          if (m[1 + j] != first_expert + e) continue;
+          l->row_token.push_back(static_cast<int64_t>(tok));
+          l->row_source.insert(l->row_source.end(),
+                               {static_cast<int64_t>(s), m[0], static_cast<int64_t>(j)});
+          ++l->expert_counts[eu];
+        }
+      }
+    }
+    if (l->max_tokens > 0) {  // pad the expert's slab with unwritten rows
+      size_t used = l->row_token.size() - eu * slab;
+      if (used > slab)  // only when tokens list one expert in several slots
+        throw_invalid_argument(op, rank, "topk_idx",
+                               "sends " + std::to_string(used) + " rows to local expert " +
+                                   std::to_string(e) + ", more than its low_latency slab of " +
+                                   std::to_string(slab) + " (world_size x max_tokens)");
+      l->row_source.resize(l->row_source.size() + 3 * (slab - used), -1);
+      l->row_token.resize((eu + 1) * slab, -1);
+    }
+  }
+  l->rows = l->row_token.size();
+  return MoeLayout(std::move(l));
+}
+
+namespace {
+
+// The rows this rank gets back from rank r in combine: (token, slot) in r's send order.
+std::vector<std::pair<size_t, size_t>> back_rows(const MoeLayout::Impl& l, int r) {
+  std::vector<std::pair<size_t, size_t>> out;
+  const size_t k = static_cast<size_t>(l.k);
+  const int64_t first = static_cast<int64_t>(r) * l.local;
+  for (int e = 0; e < l.local; ++e)
+    for (size_t t : l.send_tokens[static_cast<size_t>(r)])
+      for (size_t j = 0; j < k; ++j)
+        if (l.topk[t * k + j] == first + e) out.emplace_back(t, j);
+  return out;
+}
+
+}  // namespace
+
+void moe_dispatch(const MoeLayout& layout, const void* x, DType dtype, size_t hidden,
+                  const float* x_scales, void* recv_x, float* recv_scales,
+                  const OpOptions& options) {
+  const char* op = "moe_dispatch";
+  const MoeLayout::Impl& l = need(layout, op);
+  cpu_only(options, op, l.rank);
+  const size_t es = dtype_size(dtype);
+  size_t scales = 0;
+  if (is_fp8(dtype)) {
+    if (hidden % kScaleBlock != 0)
+      throw_invalid_argument(op, l.rank, "hidden",
+                             "= " + std::to_string(hidden) + " is not a multiple of 128: fp8 " +
+                                 "tokens carry one f32 scale per 128 elements");
+    if (l.tokens > 0 && x_scales == nullptr)
+      throw_invalid_argument(op, l.rank, "x_scales", "is null; fp8 tokens need their scales");
+    if (l.rows > 0 && recv_scales == nullptr)
+      throw_invalid_argument(op, l.rank, "recv_scales", "is null; fp8 tokens need their scales");
+    scales = hidden / kScaleBlock;
+  } else if (x_scales != nullptr || recv_scales != nullptr) {
+    throw_invalid_argument(op, l.rank, x_scales ? "x_scales" : "recv_scales",
+                           std::string("is given but dtype ") + dtype_info(dtype).name +
+                               " carries no scales (fp8 only)");
+  }
+  if (l.tokens > 0 && hidden > 0 && x == nullptr) throw_invalid_argument(op, l.rank, "x", "is null");
+  if (l.rows > 0 && hidden > 0 && recv_x == nullptr)
+    throw_invalid_argument(op, l.rank, "recv_x", "is null");
+  const size_t row_bytes = hidden * es, scale_bytes = scales * sizeof(float);
+  const size_t pack = row_bytes + scale_bytes;
+  const auto world = static_cast<size_t>(l.world);
+  std::vector<uint8_t> send, recv;
+  std::vector<int64_t> send_bytes(world), recv_bytes(world);
+  for (size_t r = 0; r < world; ++r) {
+    for (size_t t : l.send_tokens[r]) {
+      const auto* row = static_cast<const uint8_t*>(x) + t * row_bytes;
+      send.insert(send.end(), row, row + row_bytes);
+      if (scales) {
+        const auto* sc = reinterpret_cast<const uint8_t*>(x_scales + t * scales);
+        send.insert(send.end(), sc, sc + scale_bytes);
+      }
+    }
+    send_bytes[r] = static_cast<int64_t>(l.send_tokens[r].size() * pack);
+    recv_bytes[r] = l.recv_tokens[r] * static_cast<int64_t>(pack);
+  }
+  exchange(send, send_bytes, recv, recv_bytes, l.group, options);
+  for (size_t i = 0; i < l.rows; ++i) {
+    int64_t tok = l.row_token[i];
+    if (tok < 0) continue;
+    const uint8_t* src = recv.data() + static_cast<size_t>(tok) * pack;
+    if (row_bytes) std::memcpy(static_cast<uint8_t*>(recv_x) + i * row_bytes, src, row_bytes);
+    if (scales) std::memcpy(recv_scales + i * scales, src + row_bytes, scale_bytes);
+  }
+}
+
+namespace {
+
+float load(const void* p, size_t i, DType t) {
+  switch (t) {
+    case DType::f32: return static_cast<const float*>(p)[i];
+    case DType::f16: return fp::f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    default: return fp::bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+  }
+}
+
+void store(void* p, size_t i, DType t, float v) {
+  switch (t) {
+    case DType::f32: static_cast<float*>(p)[i] = v; break;
+    case DType::f16: static_cast<uint16_t*>(p)[i] = fp::f32_to_f16(v); break;
+    default: static_cast<uint16_t*>(p)[i] = fp::f32_to_bf16(v); break;
+  }
+}
+
+}  // namespace
+
+void moe_combine(const MoeLayout& layout, const void* y, DType dtype, size_t hidden,
+                 const float* topk_weights, void* out, const OpOptions& options) {
+  const char* op = "moe_combine";
+  const MoeLayout::Impl& l = need(layout, op);
+  cpu_only(options, op, l.rank);
+  if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16)
+    throw_invalid_argument(op, l.rank, "dtype",
+                           std::string("= ") + dtype_info(dtype).name +
+                               "; combine sums rows of float32, float16 or bfloat16");
+  if (l.rows > 0 && hidden > 0 && y == nullptr) throw_invalid_argument(op, l.rank, "y", "is null");
+  if (l.tokens > 0 && topk_weights == nullptr)
+    throw_invalid_argument(op, l.rank, "topk_weights", "is null");
+  if (l.tokens > 0 && hidden > 0 && out == nullptr)
+    throw_invalid_argument(op, l.rank, "out", "is null");
+  const size_t row_bytes = hidden * dtype_size(dtype);
+  const auto world = static_cast<size_t>(l.world);
+  const size_t k = static_cast<size_t>(l.k);
+  // Back to the token ranks: rows of each source in layout order.
+  std::vector<uint8_t> send, recv;
+  std::vector<int64_t> send_bytes(world, 0), recv_bytes(world);
+  std::vector<std::vector<size_t>> by_source(world);
+  for (size_t i = 0; i < l.rows; ++i)
+    if (l.row_token[i] >= 0) by_source[static_cast<size_t>(l.row_source[3 * i])].push_back(i);
+  for (size_t s = 0; s < world; ++s) {
+    for (size_t i : by_source[s]) {
+      const auto* row = static_cast<const uint8_t*>(y) + i * row_bytes;
+      send.insert(send.end(), row, row + row_bytes);
+    }
+    send_bytes[s] = static_cast<int64_t>(by_source[s].size() * row_bytes);
+  }
+  std::vector<std::vector<std::pair<size_t, size_t>>> back(world);
+  std::vector<int64_t> slot_row(l.tokens * k, -1);  // (t, j) -> row in recv
+  size_t n = 0;
+  for (size_t r = 0; r < world; ++r) {
+    back[r] = back_rows(l, static_cast<int>(r));
+    recv_bytes[r] = static_cast<int64_t>(back[r].size() * row_bytes);
+    for (auto [t, j] : back[r]) slot_row[t * k + j] = static_cast<int64_t>(n++);
+  }
+  exchange(send, send_bytes, recv, recv_bytes, l.group, options);
+  std::vector<float> acc(hidden);
+  for (size_t t = 0; t < l.tokens; ++t) {
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (size_t j = 0; j < k; ++j) {
+      int64_t row = slot_row[t * k + j];
+      if (row < 0) continue;
+      const float w = topk_weights[t * k + j];
+      const uint8_t* src = recv.data() + static_cast<size_t>(row) * row_bytes;
+      for (size_t h = 0; h < hidden; ++h) {
+        const float prod = w * load(src, h, dtype);  // rounded: no fused multiply-add
+        acc[h] = acc[h] + prod;
+      }
+    }
+    for (size_t h = 0; h < hidden; ++h) store(out, t * hidden + h, dtype, acc[h]);
+  }
+}
+
+}  // namespace symmem
