@@ -37,6 +37,10 @@ symmem_py_test(python_torch FILES test_torch.py test_import_order.py)
 symmem_py_test(python_mp_2 NP 2 FILES test_mp.py)
 symmem_py_test(python_mp_3 NP 3 FILES test_mp.py)
 symmem_py_test(python_torch_mp_2 NP 2 FILES test_torch_mp.py LABELS gpu)
+# MoE dispatch and combine against the reference (issue #20): 2, 3, 4 and 8 ranks.
+foreach(np 2 3 4 8)
+  symmem_py_test(python_moe_${np} NP ${np} FILES test_moe.py)
+endforeach()
 # GPU waits that time out (issues #17, #24): two ranks on one GPU.
 symmem_py_test(python_gpu_waits_2 NP 2 TIMEOUT 120 FILES test_gpu_mp.py LABELS gpu
                ENV "SYMMEM_ALLOW_SHARED_GPU=1")
