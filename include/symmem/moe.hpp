@@ -62,8 +62,8 @@ class SYMMEM_API MoeLayout {
   int topk() const;
   int num_experts() const;
   int num_local_experts() const;
-  size_t max_tokens() const;                       // low_latency; 0 in normal mode
-  size_t recv_rows() const;                        // rows of recv_x and of y
+  size_t max_tokens() const;                          // low_latency; 0 in normal mode
+  size_t recv_rows() const;                           // rows of recv_x and of y
   const std::vector<int64_t>& expert_counts() const;  // rows per local expert
   // Row i of recv_x came from rank row_source()[3i] (token row_source()[3i + 1], slot
   // row_source()[3i + 2]); -1 for the unwritten rows of low_latency.
@@ -83,6 +83,14 @@ class SYMMEM_API MoeLayout {
 SYMMEM_API MoeLayout moe_layout(const void* topk_idx, DType idx_dtype, size_t tokens, int topk,
                                 int num_experts, const Group& group,
                                 const MoeOptions& options = {});
+
+// The layout that moe_layout() made, from what it returned (no communication): the same
+// topk_idx, its row_source() ([rows, 3]) and expert_counts(), the same group and options. For
+// callers that keep a layout as tensors (the torch ops of symmem.torch).
+SYMMEM_API MoeLayout moe_layout_restore(const void* topk_idx, DType idx_dtype, size_t tokens,
+                                        int topk, int num_experts, const int64_t* row_source,
+                                        size_t rows, const int64_t* expert_counts,
+                                        const Group& group, const MoeOptions& options = {});
 
 // x: [tokens, hidden] of dtype; recv_x: [recv_rows, hidden]. fp8: x_scales [tokens, hidden/128]
 // and recv_scales [recv_rows, hidden/128] (null otherwise).

@@ -28,9 +28,9 @@ Arg take(nb::handle obj, const char* op, const char* arg, int rank) {
 
 void want_dtype(const Arg& a, DType t, const char* op, const char* arg, int rank) {
   if (a.dtype != t)
-    throw_invalid_argument(op, rank, arg,
-                           std::string("has dtype ") + dtype_info(a.dtype).name + "; it takes " +
-                               dtype_info(t).name);
+    throw_invalid_argument(
+        op, rank, arg,
+        std::string("has dtype ") + dtype_info(a.dtype).name + "; it takes " + dtype_info(t).name);
 }
 
 void want_numel(const Arg& a, size_t n, const char* op, const char* arg, int rank,
@@ -57,6 +57,29 @@ OpOptions options(const Arg& first, nb::handle timeout, const char* op) {
   return o;
 }
 
+// A layout's topk_idx argument and options (mode, max_tokens).
+Arg topk_arg(nb::handle topk_idx, const char* op, int rank) {
+  Arg idx = take(topk_idx, op, "topk_idx", rank);
+  if (idx.ref.shape.size() != 2)
+    throw_invalid_argument(
+        op, rank, "topk_idx",
+        "must be [tokens, topk]; it has " + std::to_string(idx.ref.shape.size()) + " dimensions");
+  return idx;
+}
+
+MoeOptions moe_options(const Arg& idx, const std::string& mode, size_t max_tokens,
+                       nb::handle timeout, const char* op, int rank) {
+  MoeOptions o;
+  static_cast<OpOptions&>(o) = options(idx, timeout, op);
+  if (mode == "low_latency" || mode == "ll")
+    o.mode = MoeMode::low_latency;
+  else if (mode != "normal")
+    throw_invalid_argument(op, rank, "mode",
+                           "= '" + mode + "'; it takes 'normal' or 'low_latency'");
+  o.max_tokens = max_tokens;
+  return o;
+}
+
 std::string scales_shape(size_t rows, size_t hidden) {
   return "[" + std::to_string(rows) + ", " + std::to_string(hidden / 128) + "] float32 scales";
 }
@@ -67,10 +90,9 @@ void bind_moe(nb::module_& m) {
   nb::class_<MoeLayout>(m, "MoeLayout",
                         "Where each token of a MoE dispatch goes and where each received row "
                         "came from (symmem.moe_layout; docs/moe.md).")
-      .def_prop_ro("mode",
-                   [](const MoeLayout& l) {
-                     return l.mode() == MoeMode::normal ? "normal" : "low_latency";
-                   })
+      .def_prop_ro(
+          "mode",
+          [](const MoeLayout& l) { return l.mode() == MoeMode::normal ? "normal" : "low_latency"; })
       .def_prop_ro("group", &MoeLayout::group)
       .def_prop_ro("num_tokens", &MoeLayout::num_tokens)
       .def_prop_ro("topk", &MoeLayout::topk)
@@ -113,19 +135,8 @@ void bind_moe(nb::module_& m) {
          nb::handle group, nb::handle timeout) {
         const char* op = "moe_layout";
         Group g = resolve_alloc_group(group, op);
-        Arg idx = take(topk_idx, op, "topk_idx", g.rank());
-        if (idx.ref.shape.size() != 2)
-          throw_invalid_argument(op, g.rank(), "topk_idx",
-                                 "must be [tokens, topk]; it has " +
-                                     std::to_string(idx.ref.shape.size()) + " dimensions");
-        MoeOptions o;
-        static_cast<OpOptions&>(o) = options(idx, timeout, op);
-        if (mode == "low_latency" || mode == "ll")
-          o.mode = MoeMode::low_latency;
-        else if (mode != "normal")
-          throw_invalid_argument(op, g.rank(), "mode",
-                                 "= '" + mode + "'; it takes 'normal' or 'low_latency'");
-        o.max_tokens = max_tokens;
+        Arg idx = topk_arg(topk_idx, op, g.rank());
+        MoeOptions o = moe_options(idx, mode, max_tokens, timeout, op, g.rank());
         nb::gil_scoped_release r;
         return moe_layout(idx.ref.data, idx.dtype, static_cast<size_t>(idx.ref.shape[0]),
                           static_cast<int>(idx.ref.shape[1]), num_experts, g, o);
@@ -140,6 +151,36 @@ void bind_moe(nb::module_& m) {
       "every local expert world_size * max_tokens rows.");
 
   m.def(
+      "moe_layout_restore",
+      [](nb::handle topk_idx, int num_experts, nb::handle row_source, nb::handle expert_counts,
+         const std::string& mode, size_t max_tokens, nb::handle group) {
+        const char* op = "moe_layout_restore";
+        Group g = resolve_alloc_group(group, op);
+        Arg idx = topk_arg(topk_idx, op, g.rank());
+        Arg rows = take(row_source, op, "row_source", g.rank());
+        Arg counts = take(expert_counts, op, "expert_counts", g.rank());
+        want_dtype(rows, DType::i64, op, "row_source", g.rank());
+        want_dtype(counts, DType::i64, op, "expert_counts", g.rank());
+        if (rows.ref.numel % 3 != 0)
+          throw_invalid_argument(op, g.rank(), "row_source", "must be [rows, 3]");
+        if (num_experts > 0 && g.world_size() > 0)
+          want_numel(counts, static_cast<size_t>(num_experts / g.world_size()), op, "expert_counts",
+                     g.rank(), "one per local expert");
+        MoeOptions o = moe_options(idx, mode, max_tokens, nb::none(), op, g.rank());
+        return moe_layout_restore(idx.ref.data, idx.dtype, static_cast<size_t>(idx.ref.shape[0]),
+                                  static_cast<int>(idx.ref.shape[1]), num_experts,
+                                  static_cast<const int64_t*>(rows.ref.data), rows.ref.numel / 3,
+                                  static_cast<const int64_t*>(counts.ref.data), g, o);
+      },
+      "topk_idx"_a, "num_experts"_a, "row_source"_a, "expert_counts"_a, nb::kw_only(),
+      "mode"_a = "normal", "max_tokens"_a = 0, "group"_a.none() = nb::none(),
+      nb::sig("def moe_layout_restore(topk_idx: object, num_experts: int, row_source: object, "
+              "expert_counts: object, *, mode: str = 'normal', max_tokens: int = 0, "
+              "group: Group | None = None) -> MoeLayout"),
+      "The layout moe_layout() made, rebuilt without communication from the same topk_idx and "
+      "the layout's row_source ([rows, 3] int64) and expert_counts (int64).");
+
+  m.def(
       "moe_dispatch",
       [](nb::handle x, const MoeLayout& layout, nb::handle recv_x, nb::handle x_scales,
          nb::handle recv_scales, nb::handle timeout) {
@@ -148,8 +189,8 @@ void bind_moe(nb::module_& m) {
         if (!layout.valid()) throw_invalid_argument(op, rank, "layout", "is not a layout");
         Arg xa = take(x, op, "x", rank);
         Arg ra = take(recv_x, op, "recv_x", rank);
-        size_t hidden = layout.num_tokens() ? hidden_of(xa, op, "x", rank)
-                                            : hidden_of(ra, op, "recv_x", rank);
+        size_t hidden =
+            layout.num_tokens() ? hidden_of(xa, op, "x", rank) : hidden_of(ra, op, "recv_x", rank);
         want_numel(xa, layout.num_tokens() * hidden, op, "x", rank, "the layout's tokens x hidden");
         want_dtype(ra, xa.dtype, op, "recv_x", rank);
         want_numel(ra, layout.recv_rows() * hidden, op, "recv_x", rank,
@@ -196,18 +237,17 @@ void bind_moe(nb::module_& m) {
         want_numel(ya, layout.recv_rows() * hidden, op, "y", rank,
                    "the layout's recv_rows x hidden");
         want_dtype(wa, DType::f32, op, "topk_weights", rank);
-        want_numel(wa, layout.num_tokens() * static_cast<size_t>(layout.topk()), op,
-                   "topk_weights", rank, "the layout's tokens x topk");
+        want_numel(wa, layout.num_tokens() * static_cast<size_t>(layout.topk()), op, "topk_weights",
+                   rank, "the layout's tokens x topk");
         want_dtype(oa, ya.dtype, op, "out", rank);
         want_numel(oa, layout.num_tokens() * hidden, op, "out", rank,
                    "the layout's tokens x hidden");
         OpOptions o = options(ya, timeout, op);
         nb::gil_scoped_release r;
-        moe_combine(layout, ya.ref.data, ya.dtype, hidden,
-                    static_cast<const float*>(wa.ref.data), oa.ref.data, o);
+        moe_combine(layout, ya.ref.data, ya.dtype, hidden, static_cast<const float*>(wa.ref.data),
+                    oa.ref.data, o);
       },
-      "y"_a, "layout"_a, "topk_weights"_a, "out"_a, nb::kw_only(),
-      "timeout"_a.none() = nb::none(),
+      "y"_a, "layout"_a, "topk_weights"_a, "out"_a, nb::kw_only(), "timeout"_a.none() = nb::none(),
       nb::sig("def moe_combine(y: object, layout: MoeLayout, topk_weights: object, out: object, "
               "*, timeout: float | datetime.timedelta | None = None) -> None"),
       "Collective: brings the experts' outputs y (recv_x's layout) back and writes out "

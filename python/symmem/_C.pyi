@@ -642,6 +642,11 @@ def moe_layout(topk_idx: object, num_experts: int, *, mode: str = 'normal', max_
     Collective: exchanges which tokens (topk_idx [tokens, topk] int32/int64, -1 = dropped) go to which of num_experts experts (split evenly over the ranks). mode 'low_latency' gives every local expert world_size * max_tokens rows.
     """
 
+def moe_layout_restore(topk_idx: object, num_experts: int, row_source: object, expert_counts: object, *, mode: str = 'normal', max_tokens: int = 0, group: Group | None = None) -> MoeLayout:
+    """
+    The layout moe_layout() made, rebuilt without communication from the same topk_idx and the layout's row_source ([rows, 3] int64) and expert_counts (int64).
+    """
+
 def moe_dispatch(x: object, layout: MoeLayout, recv_x: object, *, x_scales: object = None, recv_scales: object = None, timeout: float | datetime.timedelta | None = None) -> None:
     """
     Collective: sends the tokens x [tokens, hidden] to their experts' ranks; recv_x (layout.recv_shape(hidden)) gets them grouped by local expert. fp8 x carries x_scales [tokens, hidden/128] float32 into recv_scales.

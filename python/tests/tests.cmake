@@ -69,6 +69,12 @@ if(TARGET symmem-run)
                    ${PROJECT_SOURCE_DIR}/examples/python/numpy_cpu.py)
   set_tests_properties(python_example_numpy PROPERTIES LABELS "python;mp" TIMEOUT 120
                        ENVIRONMENT "${_py_env}")
+  # The MoE layer example (issue #20): exits 77 without torch.
+  add_test(NAME python_example_moe
+           COMMAND $<TARGET_FILE:symmem-run> -n 3 --timeout 240 -- ${Python_EXECUTABLE}
+                   ${PROJECT_SOURCE_DIR}/examples/python/moe_layer.py)
+  set_tests_properties(python_example_moe PROPERTIES LABELS "python;mp" TIMEOUT 240
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_py_env}")
 endif()
 
 # symmem.torch.symm_mem, torch's symmetric-memory surface (issue #23), under torchrun on CPU

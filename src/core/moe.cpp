@@ -29,10 +29,10 @@ struct MoeLayout::Impl {
   MoeMode mode = MoeMode::normal;
   int world = 0, rank = 0, experts = 0, local = 0, k = 0;
   size_t tokens = 0, max_tokens = 0;
-  std::vector<int64_t> topk;                    // [tokens, k]
+  std::vector<int64_t> topk;                     // [tokens, k]
   std::vector<std::vector<size_t>> send_tokens;  // per destination: its tokens, ascending
-  std::vector<int64_t> recv_tokens;             // per source: tokens it sends here
-  std::vector<size_t> recv_first;               // per source: its first token in recv order
+  std::vector<int64_t> recv_tokens;              // per source: tokens it sends here
+  std::vector<size_t> recv_first;                // per source: its first token in recv order
   // Per row of recv_x: the received token it copies (index in recv order), or -1.
   std::vector<int64_t> row_token;
   std::vector<int64_t> row_source;  // [rows, 3]: rank, token, slot
@@ -43,7 +43,9 @@ struct MoeLayout::Impl {
 
 MoeLayout::MoeLayout() = default;
 MoeLayout::MoeLayout(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
-bool MoeLayout::valid() const { return impl_ != nullptr; }
+bool MoeLayout::valid() const {
+  return impl_ != nullptr;
+}
 
 namespace {
 
@@ -68,13 +70,15 @@ AllToAllVOptions inner(const OpOptions& o) {
   return a;
 }
 
-bool is_fp8(DType t) { return t == DType::f8e4m3 || t == DType::f8e5m2; }
+bool is_fp8(DType t) {
+  return t == DType::f8e4m3 || t == DType::f8e5m2;
+}
 constexpr size_t kScaleBlock = 128;
 
 // all_to_all_v of byte packs whose sizes both sides know.
 void exchange(const std::vector<uint8_t>& send, const std::vector<int64_t>& send_bytes,
-              std::vector<uint8_t>& recv, const std::vector<int64_t>& recv_bytes,
-              const Group& g, const OpOptions& o) {
+              std::vector<uint8_t>& recv, const std::vector<int64_t>& recv_bytes, const Group& g,
+              const OpOptions& o) {
   int64_t total = 0;
   for (int64_t b : recv_bytes) total += b;
   recv.assign(static_cast<size_t>(total), 0);
@@ -86,14 +90,30 @@ void exchange(const std::vector<uint8_t>& send, const std::vector<int64_t>& send
 
 }  // namespace
 
-MoeMode MoeLayout::mode() const { return need(*this, "MoeLayout").mode; }
-const Group& MoeLayout::group() const { return need(*this, "MoeLayout").group; }
-size_t MoeLayout::num_tokens() const { return need(*this, "MoeLayout").tokens; }
-int MoeLayout::topk() const { return need(*this, "MoeLayout").k; }
-int MoeLayout::num_experts() const { return need(*this, "MoeLayout").experts; }
-int MoeLayout::num_local_experts() const { return need(*this, "MoeLayout").local; }
-size_t MoeLayout::max_tokens() const { return need(*this, "MoeLayout").max_tokens; }
-size_t MoeLayout::recv_rows() const { return need(*this, "MoeLayout").rows; }
+MoeMode MoeLayout::mode() const {
+  return need(*this, "MoeLayout").mode;
+}
+const Group& MoeLayout::group() const {
+  return need(*this, "MoeLayout").group;
+}
+size_t MoeLayout::num_tokens() const {
+  return need(*this, "MoeLayout").tokens;
+}
+int MoeLayout::topk() const {
+  return need(*this, "MoeLayout").k;
+}
+int MoeLayout::num_experts() const {
+  return need(*this, "MoeLayout").experts;
+}
+int MoeLayout::num_local_experts() const {
+  return need(*this, "MoeLayout").local;
+}
+size_t MoeLayout::max_tokens() const {
+  return need(*this, "MoeLayout").max_tokens;
+}
+size_t MoeLayout::recv_rows() const {
+  return need(*this, "MoeLayout").rows;
+}
 const std::vector<int64_t>& MoeLayout::expert_counts() const {
   return need(*this, "MoeLayout").expert_counts;
 }
@@ -103,15 +123,18 @@ const std::vector<int64_t>& MoeLayout::row_source() const {
 size_t MoeLayout::expert_offset(int e) const {
   const Impl& l = need(*this, "MoeLayout::expert_offset");
   if (e < 0 || e >= l.local)
-    throw_invalid_argument("MoeLayout::expert_offset", l.rank, "e",
-                           "= " + std::to_string(e) + " is not a local expert [0, " +
-                               std::to_string(l.local) + ")");
+    throw_invalid_argument(
+        "MoeLayout::expert_offset", l.rank, "e",
+        "= " + std::to_string(e) + " is not a local expert [0, " + std::to_string(l.local) + ")");
   return l.expert_offset[static_cast<size_t>(e)];
 }
 
-MoeLayout moe_layout(const void* topk_idx, DType idx_dtype, size_t tokens, int topk,
-                     int num_experts, const Group& group, const MoeOptions& options) {
-  const char* op = "moe_layout";
+namespace {
+
+// The checked arguments of a layout and where each token goes (no communication).
+std::shared_ptr<MoeLayout::Impl> route(const char* op, const void* topk_idx, DType idx_dtype,
+                                       size_t tokens, int topk, int num_experts, const Group& group,
+                                       const MoeOptions& options) {
   if (!group.valid()) throw_invalid_argument(op, -1, "group", "is not a valid group");
   auto l = std::make_shared<MoeLayout::Impl>();
   l->group = group;
@@ -127,11 +150,10 @@ MoeLayout moe_layout(const void* topk_idx, DType idx_dtype, size_t tokens, int t
                                " must be a positive multiple of the world size " +
                                std::to_string(world));
   if (idx_dtype != DType::i32 && idx_dtype != DType::i64)
-    throw_invalid_argument(op, rank, "topk_idx",
-                           std::string("has dtype ") + dtype_info(idx_dtype).name +
-                               "; it takes int32 or int64");
-  if (tokens > 0 && topk_idx == nullptr)
-    throw_invalid_argument(op, rank, "topk_idx", "is null");
+    throw_invalid_argument(
+        op, rank, "topk_idx",
+        std::string("has dtype ") + dtype_info(idx_dtype).name + "; it takes int32 or int64");
+  if (tokens > 0 && topk_idx == nullptr) throw_invalid_argument(op, rank, "topk_idx", "is null");
   l->mode = options.mode;
   l->experts = num_experts;
   l->local = num_experts / world;
@@ -170,10 +192,22 @@ MoeLayout moe_layout(const void* topk_idx, DType idx_dtype, size_t tokens, int t
       seen[r] = 1;
     }
   }
+  return l;
+}
+
+}  // namespace
+
+MoeLayout moe_layout(const void* topk_idx, DType idx_dtype, size_t tokens, int topk,
+                     int num_experts, const Group& group, const MoeOptions& options) {
+  const char* op = "moe_layout";
+  auto l = route(op, topk_idx, idx_dtype, tokens, topk, num_experts, group, options);
+  const int rank = l->rank, world = l->world;
+  const size_t k = static_cast<size_t>(topk);
   // Counts, then the tokens' expert ids.
   std::vector<int64_t> send_n(static_cast<size_t>(world)), recv_n(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r)
-    send_n[static_cast<size_t>(r)] = static_cast<int64_t>(l->send_tokens[static_cast<size_t>(r)].size());
+    send_n[static_cast<size_t>(r)] =
+        static_cast<int64_t>(l->send_tokens[static_cast<size_t>(r)].size());
   OpOptions count_opts;
   count_opts.timeout = options.timeout;
   count_opts.device = Device::cpu();
@@ -187,7 +221,8 @@ MoeLayout moe_layout(const void* topk_idx, DType idx_dtype, size_t tokens, int t
                                    std::to_string(recv_n[static_cast<size_t>(s)]) + " tokens");
   l->recv_tokens = recv_n;
   std::vector<uint8_t> send, recv;
-  std::vector<int64_t> send_bytes(static_cast<size_t>(world)), recv_bytes(static_cast<size_t>(world));
+  std::vector<int64_t> send_bytes(static_cast<size_t>(world)),
+      recv_bytes(static_cast<size_t>(world));
   const size_t meta = (k + 1) * sizeof(int64_t);  // the token's index, then its expert ids
   for (int r = 0; r < world; ++r) {
     auto ru = static_cast<size_t>(r);
@@ -247,6 +282,66 @@ MoeLayout moe_layout(const void* topk_idx, DType idx_dtype, size_t tokens, int t
   return MoeLayout(std::move(l));
 }
 
+MoeLayout moe_layout_restore(const void* topk_idx, DType idx_dtype, size_t tokens, int topk,
+                             int num_experts, const int64_t* row_source, size_t rows,
+                             const int64_t* expert_counts, const Group& group,
+                             const MoeOptions& options) {
+  const char* op = "moe_layout_restore";
+  auto l = route(op, topk_idx, idx_dtype, tokens, topk, num_experts, group, options);
+  const auto world = static_cast<size_t>(l->world), local = static_cast<size_t>(l->local);
+  const size_t slab = l->max_tokens * world;
+  if (l->max_tokens > 0 ? rows != local * slab : false)
+    throw_invalid_argument(
+        op, l->rank, "row_source",
+        "has " + std::to_string(rows) + " rows; low_latency has " + std::to_string(local * slab));
+  if (rows > 0 && row_source == nullptr)
+    throw_invalid_argument(op, l->rank, "row_source", "is null");
+  // Received tokens: the distinct (source, token) pairs, in source then token order.
+  std::vector<std::vector<int64_t>> from(world);
+  for (size_t i = 0; i < rows; ++i) {
+    const int64_t s = row_source[3 * i], t = row_source[3 * i + 1];
+    if (s < 0) continue;
+    if (static_cast<size_t>(s) >= world || t < 0)
+      throw_invalid_argument(op, l->rank, "row_source",
+                             "[" + std::to_string(i) + "] = (" + std::to_string(s) + ", " +
+                                 std::to_string(t) + ") is no (rank, token)");
+    from[static_cast<size_t>(s)].push_back(t);
+  }
+  l->recv_tokens.resize(world);
+  l->recv_first.resize(world);
+  size_t received = 0;
+  for (size_t s = 0; s < world; ++s) {
+    auto& v = from[s];
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+    l->recv_first[s] = received;
+    l->recv_tokens[s] = static_cast<int64_t>(v.size());
+    received += v.size();
+  }
+  l->row_source.assign(row_source, row_source + 3 * rows);
+  l->row_token.assign(rows, -1);
+  for (size_t i = 0; i < rows; ++i) {
+    const int64_t s = row_source[3 * i];
+    if (s < 0) continue;
+    const auto& v = from[static_cast<size_t>(s)];
+    auto pos = std::lower_bound(v.begin(), v.end(), row_source[3 * i + 1]) - v.begin();
+    l->row_token[i] = static_cast<int64_t>(l->recv_first[static_cast<size_t>(s)]) + pos;
+  }
+  l->expert_counts.assign(expert_counts, expert_counts + local);
+  l->expert_offset.resize(local);
+  size_t at = 0;
+  for (size_t e = 0; e < local; ++e) {
+    l->expert_offset[e] = l->max_tokens > 0 ? e * slab : at;
+    at += static_cast<size_t>(l->expert_counts[e]);
+  }
+  if (l->max_tokens == 0 && at != rows)
+    throw_invalid_argument(
+        op, l->rank, "expert_counts",
+        "sum to " + std::to_string(at) + " but row_source has " + std::to_string(rows) + " rows");
+  l->rows = rows;
+  return MoeLayout(std::move(l));
+}
+
 namespace {
 
 // The rows this rank gets back from rank r in combine: (token, slot) in r's send order.
@@ -286,7 +381,8 @@ void moe_dispatch(const MoeLayout& layout, const void* x, DType dtype, size_t hi
                            std::string("is given but dtype ") + dtype_info(dtype).name +
                                " carries no scales (fp8 only)");
   }
-  if (l.tokens > 0 && hidden > 0 && x == nullptr) throw_invalid_argument(op, l.rank, "x", "is null");
+  if (l.tokens > 0 && hidden > 0 && x == nullptr)
+    throw_invalid_argument(op, l.rank, "x", "is null");
   if (l.rows > 0 && hidden > 0 && recv_x == nullptr)
     throw_invalid_argument(op, l.rank, "recv_x", "is null");
   const size_t row_bytes = hidden * es, scale_bytes = scales * sizeof(float);
@@ -320,17 +416,26 @@ namespace {
 
 float load(const void* p, size_t i, DType t) {
   switch (t) {
-    case DType::f32: return static_cast<const float*>(p)[i];
-    case DType::f16: return fp::f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    default: return fp::bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::f32:
+      return static_cast<const float*>(p)[i];
+    case DType::f16:
+      return fp::f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    default:
+      return fp::bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
   }
 }
 
 void store(void* p, size_t i, DType t, float v) {
   switch (t) {
-    case DType::f32: static_cast<float*>(p)[i] = v; break;
-    case DType::f16: static_cast<uint16_t*>(p)[i] = fp::f32_to_f16(v); break;
-    default: static_cast<uint16_t*>(p)[i] = fp::f32_to_bf16(v); break;
+    case DType::f32:
+      static_cast<float*>(p)[i] = v;
+      break;
+    case DType::f16:
+      static_cast<uint16_t*>(p)[i] = fp::f32_to_f16(v);
+      break;
+    default:
+      static_cast<uint16_t*>(p)[i] = fp::f32_to_bf16(v);
+      break;
   }
 }
 

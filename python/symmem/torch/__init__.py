@@ -304,3 +304,10 @@ def group_from_process_group(pg=None, store=None) -> _symmem.Group:
     if _symmem.default_group() is None:
         _symmem.set_default_group(group)
     return group
+
+
+# ---- MoE dispatch and combine (symmem/torch/moe.py) ---------------------------------------------
+from .moe import MoeHandle, moe_combine, moe_dispatch  # noqa: E402
+
+__all__ += ["MoeHandle", "moe_combine", "moe_dispatch"]
+__all__.sort()
