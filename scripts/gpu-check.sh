@@ -209,6 +209,17 @@ else
   ROWS+=("torch_compare|absent|0|bench/torch_compare.py not in this tree")
 fi
 
+# ---- torch's symm_mem module vs symmem's (bench/symm_mem_compare.py: one program, two imports) --
+if [ -f "$ROOT/bench/symm_mem_compare.py" ]; then
+  STEP_DETAIL="bench/symm_mem_compare.py --quick (N=2, bf16, same results + us per op and size)" \
+    run_step symm_mem_compare 150 env SYMMEM_BUILD_DIR="$BUILD" \
+    python3 "$ROOT/bench/symm_mem_compare.py" --quick --np 2 --build "$BUILD" \
+    --out "$OUT/symm_mem_compare"
+  [ -f "$OUT/symm_mem_compare/symm_mem_compare.md" ] && cp "$OUT/symm_mem_compare/symm_mem_compare.md" "$OUT/"
+else
+  ROWS+=("symm_mem_compare|absent|0|bench/symm_mem_compare.py not in this tree")
+fi
+
 # ---- benchmarks ----------------------------------------------------------------------------------
 if [ -n "$SYMMEM_RUN" ] && [ -n "$SYMMEM_BENCH" ]; then
   "$SYMMEM_BENCH" --help > "$OUT/bench_help.log" 2>&1
