@@ -19,7 +19,6 @@
 #include <cstring>
 #include <string>
 
-#include "core/float_convert.hpp"
 #include "symmem/error.hpp"
 
 namespace symmem {
@@ -412,35 +411,6 @@ void moe_dispatch(const MoeLayout& layout, const void* x, DType dtype, size_t hi
   }
 }
 
-namespace {
-
-float load(const void* p, size_t i, DType t) {
-  switch (t) {
-    case DType::f32:
-      return static_cast<const float*>(p)[i];
-    case DType::f16:
-      return fp::f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    default:
-      return fp::bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-  }
-}
-
-void store(void* p, size_t i, DType t, float v) {
-  switch (t) {
-    case DType::f32:
-      static_cast<float*>(p)[i] = v;
-      break;
-    case DType::f16:
-      static_cast<uint16_t*>(p)[i] = fp::f32_to_f16(v);
-      break;
-    default:
-      static_cast<uint16_t*>(p)[i] = fp::f32_to_bf16(v);
-      break;
-  }
-}
-
-}  // namespace
-
 void moe_combine(const MoeLayout& layout, const void* y, DType dtype, size_t hidden,
                  const float* topk_weights, void* out, const OpOptions& options) {
   const char* op = "moe_combine";
@@ -480,20 +450,21 @@ void moe_combine(const MoeLayout& layout, const void* y, DType dtype, size_t hid
     for (auto [t, j] : back[r]) slot_row[t * k + j] = static_cast<int64_t>(n++);
   }
   exchange(send, send_bytes, recv, recv_bytes, l.group, options);
-  std::vector<float> acc(hidden);
+  std::vector<float> acc(hidden), row_f32(hidden);
   for (size_t t = 0; t < l.tokens; ++t) {
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (size_t j = 0; j < k; ++j) {
       int64_t row = slot_row[t * k + j];
       if (row < 0) continue;
       const float w = topk_weights[t * k + j];
-      const uint8_t* src = recv.data() + static_cast<size_t>(row) * row_bytes;
+      convert_to_f32(dtype, recv.data() + static_cast<size_t>(row) * row_bytes, row_f32.data(),
+                     hidden);
       for (size_t h = 0; h < hidden; ++h) {
-        const float prod = w * load(src, h, dtype);  // rounded: no fused multiply-add
+        const float prod = w * row_f32[h];  // rounded: no fused multiply-add (-ffp-contract=off)
         acc[h] = acc[h] + prod;
       }
     }
-    for (size_t h = 0; h < hidden; ++h) store(out, t * hidden + h, dtype, acc[h]);
+    convert_from_f32(dtype, acc.data(), static_cast<uint8_t*>(out) + t * row_bytes, hidden);
   }
 }
 

@@ -32,6 +32,9 @@
 #include "symmem/symmem.hpp"
 
 namespace symmem::bench {
+
+int moe_main(int argc, char** argv);  // bench_moe.cpp: --op moe_dispatch|moe_combine
+
 namespace {
 
 struct Options {
@@ -77,7 +80,8 @@ std::string usage() {
          "                  CPU memory (the GPU backends use GPU local_rank % device count)\n"
          "  --op OP         one of" +
          ops +
-         ", or all\n"
+         ", or all; moe_dispatch and moe_combine take their own options\n"
+         "                  (symmem-bench --op moe_dispatch --help)\n"
          "  --dtype T       one of" +
          types +
          "\n"
@@ -581,6 +585,9 @@ class Runner {
 };
 
 int main_impl(int argc, char** argv) {
+  for (int i = 1; i + 1 < argc; ++i)  // MoE has its own options (bench_moe.cpp)
+    if (std::string(argv[i]) == "--op" && std::string(argv[i + 1]).rfind("moe_", 0) == 0)
+      return moe_main(argc, argv);
   Options o = parse(argc, argv);
   std::vector<OpKind> ops;
   if (o.op == "all") {
