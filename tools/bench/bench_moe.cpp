@@ -61,12 +61,18 @@ MoeArgs parse_moe(int argc, char** argv) {
       return argv[++i];
     };
     if (k == "--help" || k == "-h") moe_usage("MoE dispatch and combine, timed and verified");
-    if (k == "--op") a.op = val();
-    else if (k == "--tokens") a.tokens = std::stoul(val());
-    else if (k == "--hidden") a.hidden = std::stoul(val());
-    else if (k == "--topk") a.topk = std::stoi(val());
-    else if (k == "--experts") a.experts = std::stoi(val());
-    else if (k == "--fp8") a.fp8 = true;
+    if (k == "--op")
+      a.op = val();
+    else if (k == "--tokens")
+      a.tokens = std::stoul(val());
+    else if (k == "--hidden")
+      a.hidden = std::stoul(val());
+    else if (k == "--topk")
+      a.topk = std::stoi(val());
+    else if (k == "--experts")
+      a.experts = std::stoi(val());
+    else if (k == "--fp8")
+      a.fp8 = true;
     else if (k == "--mode") {
       std::string m = val();
       if (m != "ll" && m != "low_latency" && m != "normal") moe_usage("unknown --mode " + m);
@@ -74,9 +80,12 @@ MoeArgs parse_moe(int argc, char** argv) {
     } else if (k == "--routing") {
       a.routing = val();
       if (a.routing != "random" && a.routing != "zipf") moe_usage("unknown --routing");
-    } else if (k == "--seed") a.seed = static_cast<unsigned>(std::stoul(val()));
-    else if (k == "-n") a.iters = std::stoi(val());
-    else if (k == "-w") a.warmup = std::stoi(val());
+    } else if (k == "--seed")
+      a.seed = static_cast<unsigned>(std::stoul(val()));
+    else if (k == "-n")
+      a.iters = std::stoi(val());
+    else if (k == "-w")
+      a.warmup = std::stoi(val());
     else if (k == "--backend") {
       std::string b = val();
       if (b != "host" && b != "auto") moe_usage("MoE runs on the host backend today (docs/moe.md)");
@@ -183,7 +192,8 @@ int moe_main(int argc, char** argv) {
       wrong += got != want;
     }
     for (size_t c = 0; c < S; ++c)
-      wrong += recv_scales[i * S + c] != static_cast<float>(s + 1 + (static_cast<size_t>(t) * S + c) % 3);
+      wrong += recv_scales[i * S + c] !=
+               static_cast<float>(s + 1 + (static_cast<size_t>(t) * S + c) % 3);
   }
   // Experts: y = (e % 3 + 1) * x in bf16 (the fp8 rows dequantised without their scales).
   std::vector<uint16_t> y(rows * H);
@@ -259,9 +269,8 @@ int moe_main(int argc, char** argv) {
       bad += all[3 * static_cast<size_t>(r) + 2];
     }
     std::printf("# symmem-bench %s: backend %s, ranks %d, mode %s, dtype %s, routing %s\n",
-                a.op.c_str(), "host", world,
-                a.ll ? "low_latency" : "normal", a.fp8 ? "f8e4m3+scales" : "bf16",
-                a.routing.c_str());
+                a.op.c_str(), "host", world, a.ll ? "low_latency" : "normal",
+                a.fp8 ? "f8e4m3+scales" : "bf16", a.routing.c_str());
     std::printf("%8s %7s %5s %8s %12s %12s %12s %8s\n", "tokens", "hidden", "topk", "experts",
                 "med(us)", "bytes", "GB/s", "#wrong");
     std::printf("%8zu %7zu %5d %8d %12.1f %12.0f %12.3f %8.0f\n", T, H, a.topk, experts, slow,
