@@ -18,7 +18,8 @@ struct LaunchConfig {
   double timeout_s = 0;           // 0: none
   double fail_grace_s = 0;        // after a failure, wait this long before stopping the others
   double kill_grace_s = 3;        // SIGTERM -> SIGKILL
-  double skip_grace_s = 5;        // after a rank exits 77, wait this long for the others
+  double skip_grace_s = 60;  // after a rank exits 77, wait this long for the others (ranks that
+                             // import torch on a loaded machine skip seconds apart)
   std::map<std::string, std::string> env;  // added to every rank's environment
   // CPUs each rank is bound to (sched_setaffinity before execve); an empty list, or a rank
   // beyond the vector's end, keeps the launcher's own mask (NOTE [rank binding], binding.hpp).
