@@ -13,6 +13,7 @@ command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 command -v mpirun >/dev/null || need_apt+=(openmpi-bin libopenmpi-dev)
 command -v clang++ >/dev/null || need_apt+=(clang)
 command -v clang-format >/dev/null || need_apt+=(clang-format)  # scripts/check-format.sh
+[ -f /usr/include/nlohmann/json.hpp ] || need_apt+=(nlohmann-json3-dev)  # tuning files
 if ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
   need_apt+=(libclang-rt-14-dev)
 fi

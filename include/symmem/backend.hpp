@@ -25,9 +25,10 @@
 
 namespace symmem {
 
-inline constexpr int kPluginAbiVersion = 4;  // 2: BackendMemory::check_peers_alive; 3: what a
+inline constexpr int kPluginAbiVersion = 5;  // 2: BackendMemory::check_peers_alive; 3: what a
                                              // backend serves is data (OpSupport); 4:
-                                             // BackendMemory::signal_op and wait_until
+                                             // BackendMemory::signal_op and wait_until; 5:
+                                             // OpArgs::chosen_algo
 
 // One allocation, rendezvoused over one group (the whole allocation, not a view).
 class SYMMEM_API BackendMemory {
@@ -89,6 +90,7 @@ struct OpArgs {
   DType dtype = DType::f32;
   ReduceOp redop = ReduceOp::sum;
   Algo algo = Algo::automatic;  // SYMMEM_ALGO already applied; the backend resolves automatic
+  Algo* chosen_algo = nullptr;  // where it writes the algorithm it ran (the flight recorder's)
   int root = -1;                // broadcast root; put/get peer
   // all_to_all_v
   const int64_t* send_counts = nullptr;

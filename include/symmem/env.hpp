@@ -83,7 +83,10 @@
     "PeerFailure, on SIGUSR1 and at exit (docs/debugging.md).")                                    \
   X(trace_file, "SYMMEM_TRACE_FILE", "string", "", "",                                             \
     "If set, every completed op appends one JSON line (op, bytes, algo, us, algbw, busbw) to "     \
-    "this file; GPU ops with device times when their kernel's end arrives (docs/debugging.md).")
+    "this file; GPU ops with device times when their kernel's end arrives (docs/debugging.md).")   \
+  X(tuning_file, "SYMMEM_TUNING_FILE", "string", "", "",                                           \
+    "The tuning file of symmem-tune that auto algorithms read (default: "                          \
+    "$XDG_CACHE_HOME/symmem/tuning.json, else ~/.cache/symmem/tuning.json, when present).")
 
 namespace symmem::env {
 

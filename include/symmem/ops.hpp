@@ -34,6 +34,8 @@ struct OpOptions {
   Millis timeout{kDefaultTimeout};  // NOTE [timeouts] in store.hpp: < 0 SYMMEM_TIMEOUT_MS,
                                     // 0 InvalidArgument (an op needs its peers)
   std::optional<Device> device;     // see above
+  Algo* chosen_algo = nullptr;      // if set, receives the algorithm that ran (all_reduce:
+                                    // what `automatic` chose on this backend)
 };
 
 // ---- all-reduce --------------------------------------------------------------------------

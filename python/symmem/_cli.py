@@ -22,3 +22,7 @@ def bench() -> None:
 
 def store() -> None:
     _exec("symmem-store")
+
+
+def tune() -> None:
+    _exec("symmem-tune")

@@ -625,7 +625,11 @@ void run_collective_traced(Call& c, const OpOptions& o, Check& check, detail::Tr
     trace.start(c.backend->name(), c.device, o.stream, c.count, trace_bytes(c), !gpu);
     attach_device_times(args, trace);
   }
+  Algo chosen = args.algo;
+  args.chosen_algo = &chosen;
   c.backend->run(args);
+  if (chosen != args.algo) trace.set_algo(static_cast<int>(chosen));  // what `auto` chose
+  if (o.chosen_algo) *o.chosen_algo = chosen;
   if (gpu)
     trace.launched();  // NOTE [device timestamps] (core/trace.hpp)
   else

@@ -629,6 +629,13 @@ void TraceScope::set_backend_(const char* backend, Device device) noexcept {
   write_end(e_);
 }
 
+void TraceScope::set_algo_(int algo) noexcept {
+  if (e_->algo == algo) return;
+  write_begin(e_);
+  e_->algo = algo;
+  write_end(e_);
+}
+
 void TraceScope::start_(const char* backend, Device device, const void* stream, uint64_t count,
                         uint64_t bytes, bool synchronous) noexcept {
   if (!e_) return;

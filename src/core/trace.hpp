@@ -228,12 +228,17 @@ class SYMMEM_API TraceScope {
   void set_backend(const std::string& backend, Device device) noexcept {
     if (rec_ && e_) set_backend_(backend.c_str(), device);
   }
+  // The algorithm the backend ran (it resolves Algo::automatic), before completed()/launched().
+  void set_algo(int algo) noexcept {
+    if (rec_ && e_) set_algo_(algo);
+  }
 
  private:
   void begin_(const TraceOp& op) noexcept;
   void start_(const char* backend, Device device, const void* stream, uint64_t count,
               uint64_t bytes, bool synchronous) noexcept;
   void finish_(bool completed) noexcept;
+  void set_algo_(int algo) noexcept;
   void failed_(ErrorCode code, const char* what) noexcept;
   void set_backend_(const char* backend, Device device) noexcept;
 

@@ -696,10 +696,12 @@ void all_reduce(const Call& c) {
   const size_t bytes = a.count * c.es;
   const bool in_place = a.send == a.recv;
   if (a.algo != Algo::two_shot && ll_fits(c, bytes, a.algo == Algo::one_shot)) {
+    if (a.chosen_algo) *a.chosen_algo = Algo::one_shot;  // the LL one-shot
     run_ll(c, a.send, a.recv, a.count, 0, 0, true);
     return;
   }
   const bool two_shot = a.algo != Algo::one_shot;
+  if (a.chosen_algo) *a.chosen_algo = two_shot ? Algo::two_shot : Algo::one_shot;
   const bool zc_in = a.send_sym.valid() && aligned16(a.send);
   const bool zc_out = two_shot && a.recv_sym.valid() && aligned16(a.recv) && (!in_place || zc_in);
   const size_t region = align_up(bytes, 256);

@@ -25,12 +25,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include <unistd.h>
 
 #include "core/pad_sync.hpp"
+#include "core/tuning.hpp"
 #include "host/host_ops.hpp"
 #include "host/reduce.hpp"
 #include "symmem/error.hpp"
@@ -73,15 +75,35 @@ struct Ctx {
   PadSync sync() const { return PadSync(ws, op, a.timeout); }
 };
 
-// Threshold (bytes per rank) up to which `auto` picks one_shot; measured on this machine (2 cores),
-// see docs/performance.md. With more ranks than cores the ranks cannot run at once, total work
-// decides, and two_shot (n reads per element instead of n * n) wins at every size measured.
-size_t one_shot_max_bytes(int world) {
+// The built-in table of the host backend (NOTE [tuning file]): bytes per rank up to which `auto`
+// picks one_shot; measured on the development machine (2 cores), see docs/performance.md. With
+// more ranks than cores the ranks cannot run at once, total work decides, and two_shot (n reads
+// per element instead of n * n) wins at every size measured. symmem-tune's file overrides it.
+size_t builtin_one_shot_max_bytes(int world) {
   static const int cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   if (world > cpus) return 0;
   if (world <= 2) return 1 << 20;
   if (world <= 4) return 256 << 10;
   return 64 << 10;
+}
+
+size_t one_shot_max_bytes(int world) {
+  constexpr int kCached = 256;  // world sizes whose answer is kept (a lookup takes a lock)
+  static std::atomic<int64_t> cache[kCached];
+  static std::once_flag init;
+  std::call_once(init, [] {
+    for (auto& c : cache) c.store(-1, std::memory_order_relaxed);
+  });
+  if (world >= 0 && world < kCached) {
+    int64_t v = cache[world].load(std::memory_order_relaxed);
+    if (v >= 0) return static_cast<size_t>(v);
+  }
+  static const std::string signature = tuning::host_signature();
+  auto tuned = tuning::lookup("host", "all_reduce.one_shot_max_bytes", world, signature);
+  int64_t v =
+      tuned && *tuned >= 0 ? *tuned : static_cast<int64_t>(builtin_one_shot_max_bytes(world));
+  if (world >= 0 && world < kCached) cache[world].store(v, std::memory_order_relaxed);
+  return static_cast<size_t>(v);
 }
 
 // ---- all_reduce ------------------------------------------------------------------------------
@@ -93,6 +115,7 @@ void all_reduce(const OpArgs& a) {
   Algo algo = a.algo;
   if (algo == Algo::automatic)
     algo = bytes <= one_shot_max_bytes(n) ? Algo::one_shot : Algo::two_shot;
+  if (a.chosen_algo) *a.chosen_algo = algo;
   if (n == 1) {
     copy_bytes(a.recv, a.send, bytes);
     return;

@@ -28,7 +28,7 @@ c++ "$consumer_src/consumer.cpp" -o "$work/pc-consumer" $(pkg-config --cflags --
   -Wl,-rpath,"$(dirname "$lib")"
 "$work/pc-consumer"
 echo "== installed tools run from the prefix (RUNPATH, no LD_LIBRARY_PATH)"
-for tool in symmem-run symmem-bench symmem-store; do
+for tool in symmem-run symmem-bench symmem-store symmem-tune; do
   readelf -d "$prefix/bin/$tool" | grep -E 'RUNPATH|RPATH' || { echo "FAIL: $tool has no RUNPATH" >&2; exit 1; }
 done
 env -u LD_LIBRARY_PATH SYMMEM_BACKEND=host "$prefix/bin/symmem-run" -n 2 -- \

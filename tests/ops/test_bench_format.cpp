@@ -78,19 +78,22 @@ TEST(BenchFormat, SpreadOfIterations) {
 }
 
 TEST(BenchFormat, TimeColumnsAsNcclTestsThenTheSpread) {
-  // nccl-tests' columns keep their positions; the spread comes after #wrong.
+  // nccl-tests' columns keep their positions; the spread comes after #wrong, then the
+  // algorithm that ran.
   EXPECT_EQ(
       words(table_header()),
       (std::vector<std::string>{"#", "size", "count", "type", "redop", "time(us)", "algbw(GB/s)",
-                                "busbw(GB/s)", "#wrong", "med(us)", "min(us)", "max(us)"}));
+                                "busbw(GB/s)", "#wrong", "med(us)", "min(us)", "max(us)", "algo"}));
   Row r = make_row(OpKind::all_reduce, 2, 4096, 1024, 3.25);
   r.dtype = "f32";
   r.redop = "sum";
   r.wrong = 0;
   r.iters = 20;
   r.spread = Spread{2.875, 2.5, 61.0};
+  r.chosen = "two_shot";
   auto w = words(table_row(r));
-  ASSERT_EQ(w.size(), 11u) << table_row(r);
+  ASSERT_EQ(w.size(), 12u) << table_row(r);
+  EXPECT_EQ(w[11], "two_shot");
   EXPECT_EQ(w[0], "4096");
   EXPECT_EQ(w[1], "1024");
   EXPECT_EQ(w[4], "3.25");
@@ -106,15 +109,15 @@ TEST(BenchFormat, TimeColumnsAsNcclTestsThenTheSpread) {
     EXPECT_TRUE(row[end] == ' ' || row[end] == '\n') << col << "\n" << h << row;
   }
   std::string js = json_row(r);
-  for (const char* f :
-       {"\"time_us\": 3.250", "\"iters\": 20", "\"time_median_us\": 2.875",
-        "\"time_min_us\": 2.500", "\"time_max_us\": 61.000", "\"wrong\": 0", "\"busbw_gbps\""})
+  for (const char* f : {"\"time_us\": 3.250", "\"iters\": 20", "\"time_median_us\": 2.875",
+                        "\"time_min_us\": 2.500", "\"time_max_us\": 61.000", "\"wrong\": 0",
+                        "\"busbw_gbps\"", "\"algo_ran\": \"two_shot\""})
     EXPECT_NE(js.find(f), std::string::npos) << f << " in " << js;
   EXPECT_EQ(js.find('\n'), js.size() - 1);
   // Not measured: N/A in the table, null in JSON.
   r.spread = Spread{};
   w = words(table_row(r));
-  ASSERT_EQ(w.size(), 11u);
+  ASSERT_EQ(w.size(), 12u);
   EXPECT_EQ(w[8], "N/A");
   EXPECT_EQ(w[10], "N/A");
   js = json_row(r);

@@ -125,6 +125,9 @@ std::string usage() {
          "              all_reduce 2(N-1)/N, reduce_scatter, all_gather and all_to_all(v)\n"
          "              (N-1)/N, broadcast 1 [busbw_gbps]\n"
          "  #wrong      wrong elements over all ranks; N/A with -c 0 [wrong]\n"
+         "  algo        the algorithm that ran (all_reduce: what --algo auto chose for this size,\n"
+         "              from the built-in table or symmem-tune's file); - for other ops "
+         "[algo_ran]\n"
          "  med(us), min(us), max(us)\n"
          "              the median, fastest and slowest of the ITERS iterations of the rank\n"
          "              whose time(us) it is (each iteration timed on its own: CPU clock on the\n"
@@ -390,6 +393,7 @@ class Runner {
       : g_(g), o_(o), dt_(dt), redop_(redop), algo_(algo), device_(device), io_(io) {}
 
   // Returns false when the size is too small for this op (no row).
+  Algo chosen() const { return chosen_; }
   bool run(OpKind op, size_t size, Row* row) {
     const int n = g_.world_size(), r = g_.rank();
     const size_t es = dtype_size(dt_);
@@ -400,6 +404,7 @@ class Runner {
     OpOptions oo;
     oo.algo = algo_;
     oo.device = device_;
+    oo.chosen_algo = &chosen_;
     AllToAllVOptions vo;
     vo.device = device_;
     vo.recv_counts_known = false;
@@ -575,6 +580,7 @@ class Runner {
   DType dt_;
   ReduceOp redop_;
   Algo algo_;
+  Algo chosen_ = Algo::automatic;  // what the last all_reduce ran
   Device device_;
   MemIO& io_;
   SymmetricMemory send_sym_, recv_sym_;
@@ -684,6 +690,7 @@ int main_impl(int argc, char** argv) {
       if (!runner.run(op, static_cast<size_t>(size), &row)) continue;
       row.backend = backend;
       row.algo = algo_name;
+      if (op == OpKind::all_reduce) row.chosen = to_string(runner.chosen());
       row.dtype = to_string(dt);
       row.redop = redop_name;
       if (row.wrong > 0) total_wrong += row.wrong;

@@ -86,6 +86,7 @@ inline Spread spread_of(std::vector<double> t) {
 
 struct Row {
   std::string op, backend, algo, dtype, redop;
+  std::string chosen = "-";  // the algorithm that ran (all_reduce: what auto chose)
   int ranks = 0;
   size_t bytes = 0, count = 0;
   double time_us = 0, algbw_gbps = 0, busbw_gbps = 0;
@@ -109,9 +110,9 @@ inline Row make_row(OpKind op, int ranks, size_t bytes, size_t count, double tim
 // nccl-tests' columns first (size count type redop time algbw busbw #wrong), then the spread.
 inline std::string table_header() {
   char buf[256];
-  std::snprintf(buf, sizeof(buf), "#%12s %12s %6s %6s   %10s %12s %12s %8s   %9s %9s %9s\n", "size",
-                "count", "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong",
-                "med(us)", "min(us)", "max(us)");
+  std::snprintf(buf, sizeof(buf), "#%12s %12s %6s %6s   %10s %12s %12s %8s   %9s %9s %9s  %s\n",
+                "size", "count", "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
+                "#wrong", "med(us)", "min(us)", "max(us)", "algo");
   return buf;
 }
 
@@ -135,11 +136,12 @@ inline std::string json_number(double v, int prec) {
 inline std::string table_row(const Row& r) {
   char buf[256];
   std::string wrong = r.wrong < 0 ? "N/A" : std::to_string(r.wrong);
-  std::snprintf(buf, sizeof(buf), " %12zu %12zu %6s %6s   %10.2f %12.2f %12.2f %8s   %s %s %s\n",
-                r.bytes, r.count, r.dtype.c_str(), r.redop.c_str(), r.time_us, r.algbw_gbps,
-                r.busbw_gbps, wrong.c_str(), detail::fixed(r.spread.median_us, 9, 2).c_str(),
+  std::snprintf(buf, sizeof(buf),
+                " %12zu %12zu %6s %6s   %10.2f %12.2f %12.2f %8s   %s %s %s  %s\n", r.bytes,
+                r.count, r.dtype.c_str(), r.redop.c_str(), r.time_us, r.algbw_gbps, r.busbw_gbps,
+                wrong.c_str(), detail::fixed(r.spread.median_us, 9, 2).c_str(),
                 detail::fixed(r.spread.min_us, 9, 2).c_str(),
-                detail::fixed(r.spread.max_us, 9, 2).c_str());
+                detail::fixed(r.spread.max_us, 9, 2).c_str(), r.chosen.c_str());
   return buf;
 }
 
@@ -150,12 +152,12 @@ inline std::string json_row(const Row& r) {
                 "\"redop\": \"%s\", \"ranks\": %d, \"bytes\": %zu, \"count\": %zu, "
                 "\"time_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, \"wrong\": %lld, "
                 "\"iters\": %d, \"time_median_us\": %s, \"time_min_us\": %s, "
-                "\"time_max_us\": %s}\n",
+                "\"time_max_us\": %s, \"algo_ran\": \"%s\"}\n",
                 r.op.c_str(), r.backend.c_str(), r.algo.c_str(), r.dtype.c_str(), r.redop.c_str(),
                 r.ranks, r.bytes, r.count, r.time_us, r.algbw_gbps, r.busbw_gbps, r.wrong, r.iters,
                 detail::json_number(r.spread.median_us, 3).c_str(),
                 detail::json_number(r.spread.min_us, 3).c_str(),
-                detail::json_number(r.spread.max_us, 3).c_str());
+                detail::json_number(r.spread.max_us, 3).c_str(), r.chosen.c_str());
   return buf;
 }
 

@@ -1,0 +1,43 @@
+#pragma once
+
+// NOTE [tuning file]
+// The crossovers that Algo::automatic uses (host: the largest all_reduce that goes one_shot;
+// cuda: the largest piece that goes LL) have built-in tables, one per backend, in one place
+// each (src/host/host_ops.cpp one_shot_max_bytes, src/cuda/kernels/tuning.hpp). symmem-tune
+// measures them on a machine and writes a JSON tuning file:
+//
+//   {"format": "symmem-tuning", "version": 1, "entries": [
+//     {"backend": "host", "signature": "cpu=...;cores=2", "key": "all_reduce.one_shot_max_bytes",
+//      "world": 2, "value": 1048576, "measured": "2026-12-04T23:30:00Z"}, ...]}
+//
+// At the first lookup a process reads SYMMEM_TUNING_FILE, else $XDG_CACHE_HOME/symmem/
+// tuning.json (~/.cache/symmem/tuning.json), once. An entry decides when its backend, key and
+// world size match and its signature is this machine's (the backend's signature(): what makes
+// the measurement valid here). Otherwise the built-in table does. The log (INFO, ENV) says
+// which file and entry decided, once per backend, key and world size. A file that does not
+// parse is a WARN and is ignored: tuning never fails an op.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "symmem/export.hpp"
+
+namespace symmem::tuning {
+
+// This machine's signature for the host backend: "cpu=<model>;cores=<online CPUs>".
+SYMMEM_API std::string host_signature();
+
+// The tuned value of `key` for `backend` and `world` ranks on a machine of `signature`, or
+// nullopt (use the built-in table). Thread-safe; reads the file once per process.
+SYMMEM_API std::optional<int64_t> lookup(std::string_view backend, std::string_view key,
+                                         int world, std::string_view signature);
+
+// The file lookup() reads (empty when none is set and the cache file does not exist).
+SYMMEM_API std::string file_path();
+
+// For tests: forget the file read so far (the next lookup reads it again).
+SYMMEM_API void reset_for_testing();
+
+}  // namespace symmem::tuning

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# symmem-tune writes a tuning file; all_reduce with algo auto follows it (the flight recorder's
+# metrics lines, SYMMEM_TRACE_FILE, say which algorithm ran); without a file the built-in table
+# decides. Usage: tune_roundtrip.sh SYMMEM_RUN SYMMEM_TUNE SYMMEM_BENCH
+set -euo pipefail
+run=$1 tune=$2 bench=$3
+t=$(mktemp -d)
+trap 'rm -rf "$t"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# 1. A real tune on 2 ranks (small sizes, quick) writes one entry for 2 ranks.
+"$run" -n 2 -- "$tune" --out "$t/tuning.json" --max-bytes 64K -n 3 > "$t/tune.log" 2>&1 \
+  || { cat "$t/tune.log"; fail "symmem-tune failed"; }
+python3 - "$t/tuning.json" <<'PY' || fail "the tuning file is not as expected"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["format"] == "symmem-tuning" and j["version"] == 1, j
+e = [x for x in j["entries"] if x["key"] == "all_reduce.one_shot_max_bytes"]
+assert [x["world"] for x in e] == [2], e
+assert e[0]["backend"] == "host" and e[0]["value"] >= 0 and e[0]["signature"].startswith("cpu="), e
+PY
+
+# 2. An entry of 0 for this machine: auto runs a 4 KiB all_reduce as two_shot, and says why.
+sig=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["entries"][0]["signature"])' "$t/tuning.json")
+python3 - "$t/zero.json" "$sig" <<'PY'
+import json, sys
+json.dump({"format": "symmem-tuning", "version": 1, "entries": [
+    {"backend": "host", "signature": sys.argv[2], "key": "all_reduce.one_shot_max_bytes",
+     "world": 2, "value": 0, "measured": "test"}]}, open(sys.argv[1], "w"))
+PY
+algo_of() {  # the algorithm of the first all_reduce in a metrics file
+  python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    o = json.loads(l)
+    if o.get("op") == "all_reduce": print(o.get("algo")); break' "$1"
+}
+SYMMEM_TUNING_FILE="$t/zero.json" SYMMEM_DEBUG=INFO SYMMEM_DEBUG_SUBSYS=ENV \
+  SYMMEM_TRACE_FILE="$t/m1.jsonl" "$run" -n 2 -- "$bench" -b 4K -e 4K -n 2 -w 0 > "$t/b1.log" 2>&1 \
+  || { cat "$t/b1.log"; fail "symmem-bench with the tuning file failed"; }
+grep -q "tuning: host all_reduce.one_shot_max_bytes for 2 ranks = 0 from $t/zero.json" "$t/b1.log" \
+  || { cat "$t/b1.log"; fail "the log does not name the tuning file's entry"; }
+[ "$(algo_of "$t/m1.jsonl")" = two_shot ] || fail "auto ran $(algo_of "$t/m1.jsonl"), not two_shot"
+
+# 3. No file: the built-in table (one_shot at 4 KiB on 2 ranks), and the log says so.
+HOME="$t/home" XDG_CACHE_HOME="$t/cache" SYMMEM_DEBUG=INFO SYMMEM_DEBUG_SUBSYS=ENV \
+  SYMMEM_TRACE_FILE="$t/m2.jsonl" "$run" -n 2 -- "$bench" -b 4K -e 4K -n 2 -w 0 > "$t/b2.log" 2>&1 \
+  || { cat "$t/b2.log"; fail "symmem-bench without a tuning file failed"; }
+grep -q "tuning: host all_reduce.one_shot_max_bytes for 2 ranks: built-in table (no tuning file)" \
+  "$t/b2.log" || { cat "$t/b2.log"; fail "the log does not say the built-in table decided"; }
+[ "$(algo_of "$t/m2.jsonl")" = one_shot ] || fail "auto ran $(algo_of "$t/m2.jsonl"), not one_shot"
+echo "tune_roundtrip: OK"

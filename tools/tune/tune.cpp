@@ -1,0 +1,243 @@
+// symmem-tune: measures, on this machine and with the ranks of the launch, the crossovers that
+// Algo::automatic uses, and writes them to the tuning file that symmem reads (NOTE [tuning
+// file] in src/core/tuning.hpp).
+//
+//   symmem-run -n 4 -- symmem-tune              # world sizes 2..4, host backend
+//   symmem-run -n 2 -- symmem-tune --out tuning.json --max-bytes 4M -n 10
+//
+// Host backend: for each world size w from 2 to the launch's (the first w ranks), all_reduce of
+// f32 between two symmetric buffers (out of place, zero copy) is timed with one_shot and with
+// two_shot at sizes 1 KiB x 2^i up to --max-bytes (each the best of three alternating runs).
+// The threshold is the largest size at which one_shot was not slower, before the first two
+// sizes in a row where two_shot was faster (one slower size alone is taken for noise);
+// written as host "all_reduce.one_shot_max_bytes". The GPU
+// tables (src/cuda/kernels/tuning.hpp) are not tuned by this tool yet.
+//
+// Entries of the file for the same backend, key, world size and machine are replaced; the rest
+// is kept. Rank 0 prints the measurements and writes the file.
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "core/tuning.hpp"
+#include "symmem/symmem.hpp"
+
+#if SYMMEM_HAVE_NLOHMANN_JSON
+#include <nlohmann/json.hpp>
+#endif
+
+namespace {
+
+using namespace symmem;
+
+struct Args {
+  std::string out;
+  size_t min_bytes = 1 << 10, max_bytes = 16 << 20;
+  int iters = 10;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::cerr << "symmem-tune: " << why
+            << "\nusage: symmem-run -n N -- symmem-tune [--out FILE] [--min-bytes B] "
+               "[--max-bytes B] [-n ITERS]\n"
+               "Measures the host backend's one_shot/two_shot all_reduce crossover for 2..N "
+               "ranks and\nwrites it to FILE (default: SYMMEM_TUNING_FILE, else "
+               "~/.cache/symmem/tuning.json).\n";
+  std::exit(2);
+}
+
+size_t parse_bytes(const std::string& s) {
+  size_t end = 0;
+  double v = std::stod(s, &end);
+  std::string suf = s.substr(end);
+  double m = suf.empty() ? 1 : suf == "K" ? 1024 : suf == "M" ? 1 << 20 : suf == "G" ? 1 << 30 : 0;
+  if (m == 0 || v < 0) usage("bad size '" + s + "'");
+  return static_cast<size_t>(v * m);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) usage("missing value after " + k);
+      return argv[++i];
+    };
+    if (k == "--out") a.out = val();
+    else if (k == "--min-bytes") a.min_bytes = parse_bytes(val());
+    else if (k == "--max-bytes") a.max_bytes = parse_bytes(val());
+    else if (k == "-n") a.iters = std::stoi(val());
+    else if (k == "-h" || k == "--help") usage("tunes symmem's automatic algorithms");
+    else usage("unknown option " + k);
+  }
+  if (a.iters < 1 || a.min_bytes < 4 || a.max_bytes < a.min_bytes) usage("bad -n or sizes");
+  return a;
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The slowest rank's mean seconds per call of `iters` calls of all_reduce with `algo`.
+double time_algo(const Group& g, const SymmetricMemory& a, const SymmetricMemory& b,
+                 size_t count, Algo algo, int iters) {
+  OpOptions o;
+  o.algo = algo;
+  o.device = Device::cpu();
+  const void* src = a.ptr(a.rank());
+  void* dst = b.ptr(b.rank());
+  for (int i = 0; i < 2; ++i) all_reduce(src, dst, count, DType::f32, ReduceOp::sum, g, o);
+  barrier(g);
+  double t0 = now_s();
+  for (int i = 0; i < iters; ++i) all_reduce(src, dst, count, DType::f32, ReduceOp::sum, g, o);
+  double t = (now_s() - t0) / iters, slowest = 0;
+  OpOptions h;
+  h.device = Device::cpu();
+  all_reduce(&t, &slowest, 1, DType::f64, ReduceOp::max, g, h);
+  return slowest;
+}
+
+struct Result {
+  int world;
+  int64_t threshold;
+  std::vector<std::tuple<size_t, double, double>> rows;  // bytes, one_shot s, two_shot s
+};
+
+Result tune_world(const Group& g, const Args& a) {
+  Result r{g.world_size(), 0, {}};
+  AllocOptions ao;
+  ao.backend = "host";
+  SymmetricMemory x = allocate(g, a.max_bytes, Device::cpu(), ao);
+  SymmetricMemory y = allocate(g, a.max_bytes, Device::cpu(), ao);
+  std::vector<float> ones(a.max_bytes / 4, 1.0f);
+  std::memcpy(x.ptr(x.rank()), ones.data(), ones.size() * 4);
+  int losses = 0;  // two_shot faster at this many sizes in a row
+  for (size_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= 2) {
+    const size_t count = bytes / 4;
+    // Alternate the two, best of three, so that drift hits both alike.
+    double one = 1e30, two = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      one = std::min(one, time_algo(g, x, y, count, Algo::one_shot, a.iters));
+      two = std::min(two, time_algo(g, x, y, count, Algo::two_shot, a.iters));
+    }
+    r.rows.emplace_back(bytes, one, two);
+    if (losses < 2) {
+      losses = one <= two ? 0 : losses + 1;
+      if (losses == 0) r.threshold = static_cast<int64_t>(bytes);
+    }
+  }
+  x.free();
+  y.free();
+  return r;
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+void mkdirs(const std::string& file) {
+  for (size_t p = file.find('/', 1); p != std::string::npos; p = file.find('/', p + 1))
+    ::mkdir(file.substr(0, p).c_str(), 0755);
+}
+
+int write_file(const std::string& path, const std::vector<Result>& results) {
+#if SYMMEM_HAVE_NLOHMANN_JSON
+  nlohmann::json j = {{"format", "symmem-tuning"}, {"version", 1}, {"entries", nlohmann::json::array()}};
+  const std::string sig = tuning::host_signature();
+  const std::string key = "all_reduce.one_shot_max_bytes";
+  if (std::ifstream in(path); in) {
+    try {
+      nlohmann::json old = nlohmann::json::parse(in);
+      for (const auto& e : old.at("entries")) {
+        bool replaced = false;
+        for (const Result& r : results)
+          replaced |= e.value("backend", "") == "host" && e.value("key", "") == key &&
+                      e.value("signature", "") == sig && e.value("world", 0) == r.world;
+        if (!replaced) j["entries"].push_back(e);
+      }
+    } catch (const std::exception& e) {
+      std::cerr << "symmem-tune: " << path << " is not a tuning file (" << e.what()
+                << "); writing a new one\n";
+    }
+  }
+  const std::string when = utc_now();
+  for (const Result& r : results)
+    j["entries"].push_back({{"backend", "host"},
+                            {"signature", sig},
+                            {"key", key},
+                            {"world", r.world},
+                            {"value", r.threshold},
+                            {"measured", when}});
+  mkdirs(path);
+  std::ofstream out(path, std::ios::trunc);
+  out << j.dump(1) << "\n";
+  if (!out) {
+    std::cerr << "symmem-tune: cannot write " << path << "\n";
+    return 1;
+  }
+  std::printf("# wrote %zu entries to %s (signature %s)\n", results.size(), path.c_str(),
+              sig.c_str());
+  return 0;
+#else
+  (void)results;
+  std::cerr << "symmem-tune: built without nlohmann_json: cannot write " << path << "\n";
+  return 1;
+#endif
+}
+
+int run(int argc, char** argv) {
+  Args a = parse(argc, argv);
+  Group g = Group::from_env();
+  if (g.world_size() < 2) usage("needs 2 or more ranks (symmem-run -n N -- symmem-tune)");
+  std::vector<Result> results;
+  for (int w = 2; w <= g.world_size(); ++w) {
+    std::vector<int> ranks(static_cast<size_t>(w));
+    for (int i = 0; i < w; ++i) ranks[static_cast<size_t>(i)] = i;
+    if (g.rank() < w) {
+      Group sub = g.split(ranks);
+      Result r = tune_world(sub, a);
+      if (g.rank() == 0) {
+        std::printf("# host all_reduce, %d ranks: one_shot up to %lld bytes\n", w,
+                    static_cast<long long>(r.threshold));
+        std::printf("%12s %14s %14s\n", "bytes", "one_shot(us)", "two_shot(us)");
+        for (auto [bytes, one, two] : r.rows)
+          std::printf("%12zu %14.2f %14.2f\n", bytes, one * 1e6, two * 1e6);
+        std::fflush(stdout);
+      }
+      results.push_back(r);
+    }
+    barrier(g);
+  }
+  if (g.rank() != 0) return 0;
+  std::string path = !a.out.empty() ? a.out : tuning::file_path();
+  if (path.empty()) {
+    const char* x = std::getenv("XDG_CACHE_HOME");
+    const char* h = std::getenv("HOME");
+    path = x && *x ? std::string(x) + "/symmem/tuning.json"
+                   : std::string(h ? h : ".") + "/.cache/symmem/tuning.json";
+  }
+  return write_file(path, results);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const symmem::Error& e) {
+    std::cerr << "symmem-tune: " << e.what() << " [" << symmem::to_string(e.code()) << "]\n";
+    return 1;
+  }
+}
