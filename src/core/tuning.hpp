@@ -31,8 +31,8 @@ SYMMEM_API std::string host_signature();
 
 // The tuned value of `key` for `backend` and `world` ranks on a machine of `signature`, or
 // nullopt (use the built-in table). Thread-safe; reads the file once per process.
-SYMMEM_API std::optional<int64_t> lookup(std::string_view backend, std::string_view key,
-                                         int world, std::string_view signature);
+SYMMEM_API std::optional<int64_t> lookup(std::string_view backend, std::string_view key, int world,
+                                         std::string_view signature);
 
 // The file lookup() reads (empty when none is set and the cache file does not exist).
 SYMMEM_API std::string file_path();

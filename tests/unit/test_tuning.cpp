@@ -66,7 +66,8 @@ TEST_F(TuningFile, MatchingEntryDecides) {
 TEST_F(TuningFile, BadFilesAreIgnored) {
   const std::string sig = tuning::host_signature();
   for (const std::string& text :
-       {std::string("not json"), std::string("{\"format\": \"x\", \"version\": 1, \"entries\": []}"),
+       {std::string("not json"),
+        std::string("{\"format\": \"x\", \"version\": 1, \"entries\": []}"),
         "{\"format\": \"symmem-tuning\", \"version\": 2, \"entries\": [" + entry(sig, 2, 1) + "]}",
         std::string("{\"format\": \"symmem-tuning\", \"version\": 1, \"entries\": "
                     "[{\"backend\": \"host\"}]}")}) {

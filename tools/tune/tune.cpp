@@ -71,25 +71,30 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) usage("missing value after " + k);
       return argv[++i];
     };
-    if (k == "--out") a.out = val();
-    else if (k == "--min-bytes") a.min_bytes = parse_bytes(val());
-    else if (k == "--max-bytes") a.max_bytes = parse_bytes(val());
-    else if (k == "-n") a.iters = std::stoi(val());
-    else if (k == "-h" || k == "--help") usage("tunes symmem's automatic algorithms");
-    else usage("unknown option " + k);
+    if (k == "--out")
+      a.out = val();
+    else if (k == "--min-bytes")
+      a.min_bytes = parse_bytes(val());
+    else if (k == "--max-bytes")
+      a.max_bytes = parse_bytes(val());
+    else if (k == "-n")
+      a.iters = std::stoi(val());
+    else if (k == "-h" || k == "--help")
+      usage("tunes symmem's automatic algorithms");
+    else
+      usage("unknown option " + k);
   }
   if (a.iters < 1 || a.min_bytes < 4 || a.max_bytes < a.min_bytes) usage("bad -n or sizes");
   return a;
 }
 
 double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // The slowest rank's mean seconds per call of `iters` calls of all_reduce with `algo`.
-double time_algo(const Group& g, const SymmetricMemory& a, const SymmetricMemory& b,
-                 size_t count, Algo algo, int iters) {
+double time_algo(const Group& g, const SymmetricMemory& a, const SymmetricMemory& b, size_t count,
+                 Algo algo, int iters) {
   OpOptions o;
   o.algo = algo;
   o.device = Device::cpu();
@@ -154,7 +159,8 @@ void mkdirs(const std::string& file) {
 
 int write_file(const std::string& path, const std::vector<Result>& results) {
 #if SYMMEM_HAVE_NLOHMANN_JSON
-  nlohmann::json j = {{"format", "symmem-tuning"}, {"version", 1}, {"entries", nlohmann::json::array()}};
+  nlohmann::json j = {
+      {"format", "symmem-tuning"}, {"version", 1}, {"entries", nlohmann::json::array()}};
   const std::string sig = tuning::host_signature();
   const std::string key = "all_reduce.one_shot_max_bytes";
   if (std::ifstream in(path); in) {
