@@ -941,25 +941,43 @@ Bytes encode(const GrowOffer& o) {
   return to_bytes(s);
 }
 
+// A grow offer as the store holds it; anything else (another version, a foreign key's value)
+// is an Internal error naming it, never a std:: exception out of the library.
 GrowOffer decode_offer(const Bytes& b) {
+  auto malformed = [](const std::string& why) {
+    throw_error(ErrorCode::Internal, "Group::rejoin", -1,
+                "a malformed grow offer in the store (" + why + "; a different symmem version?)");
+  };
   std::istringstream in(to_string(b));
   std::string magic, w, r, t, tol;
   GrowOffer o;
   if (!std::getline(in, magic) || magic != "symmem-grow-v1" || !std::getline(in, o.name) ||
       !std::getline(in, w) || !std::getline(in, r) || !std::getline(in, t)) {
-    throw_error(ErrorCode::Internal, "Group::rejoin", -1,
-                "a malformed grow offer in the store (a different symmem version?)");
+    malformed("missing lines");
   }
-  o.world_size = std::stoi(w);
-  o.rank = std::stoi(r);
-  o.timeout_ms = std::stoll(t);
+  auto number = [&](const std::string& field, const char* what) -> int64_t {
+    try {
+      size_t used = 0;
+      long long v = std::stoll(field, &used);
+      if (used != field.size()) throw std::invalid_argument(what);
+      return v;
+    } catch (const std::exception&) {
+      malformed(std::string(what) + " '" + field + "' is not a number");
+    }
+    return 0;
+  };
+  o.world_size = static_cast<int>(number(w, "world size"));
+  o.rank = static_cast<int>(number(r, "rank"));
+  o.timeout_ms = number(t, "timeout");
+  if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size) malformed("rank out of range");
   std::getline(in, tol);
   std::istringstream items(tol);
   std::string item;
   while (std::getline(items, item, ',')) {
     size_t colon = item.find(':');
-    if (colon != std::string::npos)
-      o.tolerated[std::stoi(item.substr(0, colon))] = std::stoi(item.substr(colon + 1));
+    if (colon == std::string::npos) malformed("tolerated entry '" + item + "'");
+    o.tolerated[static_cast<int>(number(item.substr(0, colon), "tolerated rank"))] =
+        static_cast<int>(number(item.substr(colon + 1), "tolerated count"));
   }
   return o;
 }

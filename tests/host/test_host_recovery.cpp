@@ -213,6 +213,30 @@ TEST(HostRecovery, GrowTakesAJoiner) {
   expect_no_errors(errors);
 }
 
+// A grow offer that does not parse (another version's, or a number that is none) is an Internal
+// error that names it, not a std::invalid_argument out of the library.
+TEST(HostRecovery, MalformedGrowOfferIsAnError) {
+  for (const std::string& offer : {std::string("symmem-grow-v1\ng0\nthree\n0\n1000\n"),
+                                   std::string("symmem-grow-v1\ng0\n3\n7\n1000\n"),
+                                   std::string("symmem-grow-v1\ng0\n3\n2\n1000\n0:x,\n"),
+                                   std::string("symmem-grow-v1\ng0\n3\n")}) {
+    auto store = std::make_shared<HashStore>();
+    store->set("symmem/grow/offer/1", to_bytes(offer));  // the first joiner's ticket is 1
+    GroupOptions j;
+    j.store = store;
+    j.rank = 2;
+    j.world_size = 3;
+    j.timeout = Millis(2000);
+    try {
+      Group::rejoin(j);
+      ADD_FAILURE() << "rejoin accepted " << offer;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::Internal) << e.what();
+      EXPECT_NE(std::string(e.what()).find("malformed grow offer"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // NOTE [one thread per group]: a second thread's collective on a group that is running one fails
 // at once, and the first completes.
 TEST(HostRecovery, OverlappingCollectivesFromTwoThreadsFailAtOnce) {
