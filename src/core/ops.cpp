@@ -34,6 +34,8 @@
 #include "core/timeout.hpp"
 #include "core/trace.hpp"
 #include "core/workspace.hpp"
+#include "host/host_ops.hpp"
+#include "host/reduce.hpp"
 #include "symmem/backend.hpp"
 #include "symmem/env.hpp"
 #include "symmem/error.hpp"
@@ -140,7 +142,7 @@ uint64_t next_seq(const Group& group) {
 // ---- descriptor -------------------------------------------------------------------------------
 struct Desc {
   uint64_t seq_plus_one;
-  int32_t kind, dtype, redop, algo, root, ok, err_code, recv_counts_known;
+  int32_t kind, dtype, redop, algo, root, ok, err_code, recv_counts_known, inline_data, unused;
   uint64_t count, recv_capacity;
   int64_t send_alloc, send_off, recv_alloc, recv_off;
   char message[400];
@@ -168,6 +170,7 @@ struct Call {
   int64_t* recv_offsets = nullptr;
   size_t recv_capacity = 0;
   bool recv_counts_known = false;
+  bool inline_data = false;  // NOTE [inline all-reduce] (core/pad_sync.hpp)
   SymmetricMemory send_sym, recv_sym;
   Device device;
   std::shared_ptr<Backend> backend;
@@ -332,6 +335,7 @@ void fill_desc(Desc& d, const Call& c, uint64_t seq, const LocalError& err) {
   d.ok = err.set() ? 0 : 1;
   d.err_code = static_cast<int32_t>(err.code);
   d.recv_counts_known = c.recv_counts_known ? 1 : 0;
+  d.inline_data = c.inline_data ? 1 : 0;
   d.count = c.count;
   d.recv_capacity = c.recv_capacity;
   d.send_alloc = c.send_sym.valid() ? static_cast<int64_t>(c.send_sym.alloc_id()) : -1;
@@ -384,6 +388,9 @@ Published publish(const Call& c, uint64_t seq, const LocalError& err, detail::Pa
   Desc d;
   fill_desc(d, c, seq, err);
   std::memcpy(mine, &d, sizeof(d));
+  if (c.inline_data)
+    std::memcpy(static_cast<char*>(ws.ptr(c.rank)) + detail::inline_offset(n, seq), c.send,
+                c.count * dtype_size(c.dtype));
   auto* my_counts = reinterpret_cast<int64_t*>(mine + detail::kDescFixedBytes);
   if (c.kind == OpKind::all_to_all_v && !err.set()) {
     std::memcpy(my_counts, c.send_counts, sizeof(int64_t) * n);
@@ -493,6 +500,12 @@ void agree(Call& c, uint64_t seq, const LocalError& err) {
   check_in_step(c, seq, pub.all);
   check_rejections(c, err, pub.all);
   agree_arguments(c, pub.all);  // the row's `agree` column (NOTE [op table])
+  for (size_t p = 0; p < pub.all.size(); ++p)
+    if ((pub.all[p].inline_data != 0) != c.inline_data)
+      throw_agreed(c.op, c.rank,
+                   "rank " + std::to_string(p) +
+                       " chose another all_reduce algorithm for the same arguments (do "
+                       "SYMMEM_ALGO or the tuning file differ between the ranks?)");
   if (c.kind == OpKind::all_to_all_v) check_a2av_counts(c, pub);
   keep_common_symmetric_buffers(c, pub.all);
 }
@@ -587,6 +600,31 @@ void trace_failed(detail::TraceScope& trace, const Call& c, const Error& e) noex
   trace.failed(e);
 }
 
+// NOTE [inline all-reduce] (core/pad_sync.hpp): whether this all_reduce travels with its
+// descriptor. Every rank decides from the same arguments; agree() checks that they did.
+bool inline_all_reduce(const Call& c) {
+  if (c.kind != OpKind::all_reduce || !c.backend || std::strcmp(c.backend->name(), "host") != 0)
+    return false;
+  const size_t bytes = c.count * dtype_size(c.dtype);
+  if (bytes == 0 || bytes > detail::kInlineBytes || c.algo == Algo::two_shot) return false;
+  return c.algo == Algo::one_shot || bytes <= host_one_shot_max_bytes(c.world);
+}
+
+void run_inline_all_reduce(const Call& c, const OpOptions& o, uint64_t seq,
+                           detail::TraceScope& trace) {
+  if (trace.active())
+    trace.start(c.backend->name(), c.device, o.stream, c.count, trace_bytes(c), true);
+  SymmetricMemory ws = group_workspace(*c.group, Device::cpu(), detail::data_offset(c.world));
+  std::vector<const void*> ins(static_cast<size_t>(c.world));
+  for (int p = 0; p < c.world; ++p)
+    ins[static_cast<size_t>(p)] =
+        static_cast<const char*>(ws.ptr(p)) + detail::inline_offset(c.world, seq);
+  host::reduce(c.recv, ins.data(), c.world, c.count, c.dtype, c.redop, c.world);
+  if (c.algo != Algo::one_shot) trace.set_algo(static_cast<int>(Algo::one_shot));
+  if (o.chosen_algo) *o.chosen_algo = Algo::one_shot;
+  trace.completed();
+}
+
 template <class Check>
 void run_collective_traced(Call& c, const OpOptions& o, Check& check, detail::TraceScope& trace) {
   c.rank = c.group->rank();
@@ -610,14 +648,20 @@ void run_collective_traced(Call& c, const OpOptions& o, Check& check, detail::Tr
     err.message = f.error.what();
   }
   const bool agreement = c.world > 1 && !c.device.is_cuda();
-  if (agreement) {
-    agree(c, next_seq(*c.group), err);
-  } else if (err.set()) {
-    throw Error(err.code, err.message);
-  }
   if (c.info.must_agree(op_table::algo) && c.algo == Algo::automatic) {
     std::string forced = env::algo();
     if (forced != "auto") c.algo = parse_algo(forced, "SYMMEM_ALGO");
+  }
+  c.inline_data = agreement && !err.set() && inline_all_reduce(c);
+  const uint64_t seq = agreement ? next_seq(*c.group) : 0;
+  if (agreement) {
+    agree(c, seq, err);
+  } else if (err.set()) {
+    throw Error(err.code, err.message);
+  }
+  if (c.inline_data) {  // NOTE [inline all-reduce]: the inputs came with the descriptors
+    run_inline_all_reduce(c, o, seq, trace);
+    return;
   }
   OpArgs args = make_args(c, o);
   const bool gpu = c.device.is_cuda();

@@ -25,7 +25,8 @@
 //
 // Workspace layout (bytes from the start of each rank's workspace buffer):
 //   [0, desc_region)     two agreement descriptors (op sequence parity 0 and 1), written by
-//                        ops.cpp on the owner's buffer and read by every peer
+//                        ops.cpp on the owner's buffer and read by every peer, each followed
+//                        by kInlineBytes of inline all_reduce input (NOTE [inline all-reduce])
 //   [counts, +8*world)   all_to_all_v send counts of the owner
 //   [data_offset, ...)   op data (staged inputs, partial results)
 
@@ -58,11 +59,23 @@ inline constexpr size_t kDescFixedBytes = 512;  // fixed fields + message
 inline size_t align_up(size_t v, size_t a) {
   return (v + a - 1) / a * a;
 }
-inline size_t desc_slot_bytes(int world) {
+// NOTE [inline all-reduce]: a small host all_reduce (at most kInlineBytes) travels with its
+// descriptor. Each rank copies its input behind its descriptor before the agreement barrier,
+// then reduces the ranks' copies in rank order straight after it. One barrier instead of two
+// (agreement, then data ready or peers done). The copies of op k are rewritten at op k+2, like
+// the descriptors, so no trailing barrier is needed.
+inline constexpr size_t kInlineBytes = 8192;
+inline size_t desc_fixed_bytes(int world) {
   return align_up(kDescFixedBytes + 2 * 8 * static_cast<size_t>(world), 64);
+}
+inline size_t desc_slot_bytes(int world) {
+  return desc_fixed_bytes(world) + kInlineBytes;
 }
 inline size_t desc_offset(int world, uint64_t seq) {
   return (seq & 1) * desc_slot_bytes(world);
+}
+inline size_t inline_offset(int world, uint64_t seq) {
+  return desc_offset(world, seq) + desc_fixed_bytes(world);
 }
 inline size_t counts_offset(int world) {
   return 2 * desc_slot_bytes(world);

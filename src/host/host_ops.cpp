@@ -354,6 +354,10 @@ void barrier(const OpArgs& a) {
 
 }  // namespace
 
+size_t host_one_shot_max_bytes(int world) {
+  return one_shot_max_bytes(world);
+}
+
 void host_run_op(const OpArgs& args) {
   switch (args.kind) {
     case OpKind::all_reduce:

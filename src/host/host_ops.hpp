@@ -16,4 +16,8 @@ namespace symmem {
 
 SYMMEM_API void host_run_op(const OpArgs& args);
 
+// Bytes per rank up to which all_reduce with Algo::automatic runs one_shot for `world` ranks
+// (symmem-tune's file, else the built-in table).
+SYMMEM_API size_t host_one_shot_max_bytes(int world);
+
 }  // namespace symmem

@@ -38,7 +38,10 @@ def run_ranks(args, mode, n, trace_dir, timeout_ms, gpu=False, **extra_env):
     env.pop("SYMMEM_TRACE_BUFFER", None)
     if "SYMMEM_TRACE_FILE" not in extra_env:
         env.pop("SYMMEM_TRACE_FILE", None)
-    cmd = [args.run, "-n", "3", "--timeout", "60", "--", args.worker, mode, str(n)]
+    # --fail-grace: the ranks that time out each dump; under load the second's deadline can
+    # come a moment after the first rank's exit, which would otherwise stop it before it dumps.
+    cmd = [args.run, "-n", "3", "--timeout", "60", "--fail-grace", "5", "--", args.worker, mode,
+           str(n)]
     if gpu:
         cmd.append("cuda")
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
