@@ -48,4 +48,13 @@ HOME="$t/home" XDG_CACHE_HOME="$t/cache" SYMMEM_DEBUG=INFO SYMMEM_DEBUG_SUBSYS=E
 grep -q "tuning: host all_reduce.one_shot_max_bytes for 2 ranks: built-in table (no tuning file)" \
   "$t/b2.log" || { cat "$t/b2.log"; fail "the log does not say the built-in table decided"; }
 [ "$(algo_of "$t/m2.jsonl")" = one_shot ] || fail "auto ran $(algo_of "$t/m2.jsonl"), not one_shot"
+# 4. Ranks that read different files would run different algorithms: both refuse the op,
+#    naming the disagreement, instead of waiting for each other (NOTE [inline all-reduce]).
+if HOME="$t/home" XDG_CACHE_HOME="$t/cache" ZERO="$t/zero.json" "$run" -n 2 -- bash -c \
+  '[ "$SYMMEM_RANK" = 1 ] && export SYMMEM_TUNING_FILE=$ZERO; exec "$0" -b 4K -e 4K -n 2 -w 0' \
+  "$bench" > "$t/b3.log" 2>&1; then
+  cat "$t/b3.log"; fail "ranks with different tuning files ran the op"
+fi
+grep -q "chose another all_reduce algorithm" "$t/b3.log" \
+  || { cat "$t/b3.log"; fail "the disagreement is not named"; }
 echo "tune_roundtrip: OK"
