@@ -169,6 +169,26 @@ void all_reduce(const OpArgs& a) {
   }
   for (int p = 0; p < n; ++p) ins[p] = src(p) + begin(r) * es;
   ins[r] = cptr(a.send) + begin(r) * es;
+  if (zc_out && !in_place) {
+    // Push: reduce a cache-sized piece of our chunk into our recv, then store it into every
+    // peer's recv while it is still in cache: the reduced data is read from memory once
+    // instead of once per rank (peers pulling it), and one barrier (ours are all written) ends
+    // the op. Not in place: peers' stores land in recv while we still read send.
+    const size_t piece = std::max<size_t>(per_line, (256u << 10) / es);
+    std::vector<const void*> at(n);
+    for (size_t off = 0; off < len(r); off += piece) {
+      const size_t m = std::min(piece, len(r) - off);
+      for (int p = 0; p < n; ++p) at[p] = static_cast<const char*>(ins[p]) + off * es;
+      char* mine = reduced(r) + (begin(r) + off) * es;
+      host::reduce(mine, at.data(), n, m, a.dtype, a.redop, n);
+      for (int k = 1; k < n; ++k) {
+        int p = (r + k) % n;
+        copy_bytes(reduced(p) + (begin(r) + off) * es, mine, m * es);
+      }
+    }
+    sync.barrier();  // every rank's chunk is in every recv
+    return;
+  }
   host::reduce(reduced(r) + begin(r) * es, ins.data(), n, len(r), a.dtype, a.redop, n);
   sync.barrier();
   for (int k = zc_out ? 1 : 0; k < n; ++k) {
