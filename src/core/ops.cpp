@@ -493,7 +493,8 @@ void keep_common_symmetric_buffers(Call& c, const std::vector<Desc>& all) {
 
 // The collective agreement (NOTE above). Returns normally when the op may run on every rank;
 // may clear c.send_sym / c.recv_sym when the ranks did not all pass the same symmetric buffer.
-void agree(Call& c, uint64_t seq, const LocalError& err) {
+// Returns the group's CPU workspace that carried the descriptors (and inline data).
+SymmetricMemory agree(Call& c, uint64_t seq, const LocalError& err) {
   SymmetricMemory ws = group_workspace(*c.group, Device::cpu(), detail::data_offset(c.world));
   detail::PadSync sync(ws, c.op, c.timeout);
   const Published pub = publish(c, seq, err, sync, ws);
@@ -508,6 +509,7 @@ void agree(Call& c, uint64_t seq, const LocalError& err) {
                        "SYMMEM_ALGO or the tuning file differ between the ranks?)");
   if (c.kind == OpKind::all_to_all_v) check_a2av_counts(c, pub);
   keep_common_symmetric_buffers(c, pub.all);
+  return ws;
 }
 
 // Runs a collective: local checks (in `check`), agreement, backend run.
@@ -610,11 +612,10 @@ bool inline_all_reduce(const Call& c) {
   return c.algo == Algo::one_shot || bytes <= host_one_shot_max_bytes(c.world);
 }
 
-void run_inline_all_reduce(const Call& c, const OpOptions& o, uint64_t seq,
-                           detail::TraceScope& trace) {
+void run_inline_all_reduce(const Call& c, const OpOptions& o, const SymmetricMemory& ws,
+                           uint64_t seq, detail::TraceScope& trace) {
   if (trace.active())
     trace.start(c.backend->name(), c.device, o.stream, c.count, trace_bytes(c), true);
-  SymmetricMemory ws = group_workspace(*c.group, Device::cpu(), detail::data_offset(c.world));
   std::vector<const void*> ins(static_cast<size_t>(c.world));
   for (int p = 0; p < c.world; ++p)
     ins[static_cast<size_t>(p)] =
@@ -654,13 +655,14 @@ void run_collective_traced(Call& c, const OpOptions& o, Check& check, detail::Tr
   }
   c.inline_data = agreement && !err.set() && inline_all_reduce(c);
   const uint64_t seq = agreement ? next_seq(*c.group) : 0;
+  SymmetricMemory ws;
   if (agreement) {
-    agree(c, seq, err);
+    ws = agree(c, seq, err);
   } else if (err.set()) {
     throw Error(err.code, err.message);
   }
   if (c.inline_data) {  // NOTE [inline all-reduce]: the inputs came with the descriptors
-    run_inline_all_reduce(c, o, seq, trace);
+    run_inline_all_reduce(c, o, ws, seq, trace);
     return;
   }
   OpArgs args = make_args(c, o);

@@ -55,8 +55,8 @@ std::string default_path() {
 
 void load(State& s) {
   s.loaded = true;
-  std::string explicit_path = env::tuning_file();
-  s.path = explicit_path.empty() ? default_path() : explicit_path;
+  const std::string explicit_path = env::tuning_file();
+  s.path = write_path();
   if (s.path.empty()) return;
   std::ifstream in(s.path);
   if (!in) {
@@ -135,6 +135,11 @@ std::optional<int64_t> lookup(std::string_view backend, std::string_view key, in
                             << ")";
   }
   return hit ? std::optional<int64_t>(hit->value) : std::nullopt;
+}
+
+std::string write_path() {
+  std::string explicit_path = env::tuning_file();
+  return explicit_path.empty() ? default_path() : explicit_path;
 }
 
 std::string file_path() {

@@ -37,6 +37,10 @@ SYMMEM_API std::optional<int64_t> lookup(std::string_view backend, std::string_v
 // The file lookup() reads (empty when none is set and the cache file does not exist).
 SYMMEM_API std::string file_path();
 
+// Where symmem-tune writes by default: SYMMEM_TUNING_FILE, else the cache file's path (which
+// may not exist yet); empty when neither a setting nor a home directory is known.
+SYMMEM_API std::string write_path();
+
 // For tests: forget the file read so far (the next lookup reads it again).
 SYMMEM_API void reset_for_testing();
 

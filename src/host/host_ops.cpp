@@ -25,7 +25,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -89,20 +88,16 @@ size_t builtin_one_shot_max_bytes(int world) {
 
 size_t one_shot_max_bytes(int world) {
   constexpr int kCached = 256;  // world sizes whose answer is kept (a lookup takes a lock)
-  static std::atomic<int64_t> cache[kCached];
-  static std::once_flag init;
-  std::call_once(init, [] {
-    for (auto& c : cache) c.store(-1, std::memory_order_relaxed);
-  });
+  static std::atomic<int64_t> cache[kCached];  // the answer + 1; 0: not looked up yet
   if (world >= 0 && world < kCached) {
     int64_t v = cache[world].load(std::memory_order_relaxed);
-    if (v >= 0) return static_cast<size_t>(v);
+    if (v > 0) return static_cast<size_t>(v - 1);
   }
   static const std::string signature = tuning::host_signature();
   auto tuned = tuning::lookup("host", "all_reduce.one_shot_max_bytes", world, signature);
   int64_t v =
       tuned && *tuned >= 0 ? *tuned : static_cast<int64_t>(builtin_one_shot_max_bytes(world));
-  if (world >= 0 && world < kCached) cache[world].store(v, std::memory_order_relaxed);
+  if (world >= 0 && world < kCached) cache[world].store(v + 1, std::memory_order_relaxed);
   return static_cast<size_t>(v);
 }
 

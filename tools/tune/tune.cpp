@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_format.hpp"  // parse_size, as symmem-bench reads sizes
 #include "core/tuning.hpp"
 #include "symmem/symmem.hpp"
 
@@ -55,12 +56,11 @@ struct Args {
 }
 
 size_t parse_bytes(const std::string& s) {
-  size_t end = 0;
-  double v = std::stod(s, &end);
-  std::string suf = s.substr(end);
-  double m = suf.empty() ? 1 : suf == "K" ? 1024 : suf == "M" ? 1 << 20 : suf == "G" ? 1 << 30 : 0;
-  if (m == 0 || v < 0) usage("bad size '" + s + "'");
-  return static_cast<size_t>(v * m);
+  try {
+    return bench::parse_size(s);
+  } catch (const std::exception&) {
+    usage("bad size '" + s + "'");
+  }
 }
 
 Args parse(int argc, char** argv) {
@@ -227,13 +227,8 @@ int run(int argc, char** argv) {
     barrier(g);
   }
   if (g.rank() != 0) return 0;
-  std::string path = !a.out.empty() ? a.out : tuning::file_path();
-  if (path.empty()) {
-    const char* x = std::getenv("XDG_CACHE_HOME");
-    const char* h = std::getenv("HOME");
-    path = x && *x ? std::string(x) + "/symmem/tuning.json"
-                   : std::string(h ? h : ".") + "/.cache/symmem/tuning.json";
-  }
+  std::string path = !a.out.empty() ? a.out : tuning::write_path();
+  if (path.empty()) usage("no --out, no SYMMEM_TUNING_FILE and no home directory to write to");
   return write_file(path, results);
 }
 

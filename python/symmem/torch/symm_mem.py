@@ -159,7 +159,7 @@ def _device_name(device) -> str:
 def _allocate(group: _symmem.Group, size: Sequence[int], dtype: torch.dtype,
               device) -> torch.Tensor:
     name = _device_name(device)
-    nbytes = math.prod(size) * torch.empty((), dtype=dtype).element_size()
+    nbytes = math.prod(size) * dtype.itemsize
     mem = _symmem.allocate(group, max(nbytes, 1), name, signal_pad_bytes=_signal_pad_size or 0)
     _st.register_group(group)
     return torch.from_dlpack(mem.array(tuple(size), _st._dtype_name(dtype)))
@@ -267,7 +267,7 @@ class _SymmetricMemory:
         of the allocation (loads and stores reach that rank's memory)."""
         peer = self._peer(rank, "get_buffer")
         sizes = (sizes,) if isinstance(sizes, int) else tuple(sizes)
-        item = torch.empty((), dtype=dtype).element_size()
+        item = dtype.itemsize
         start, nbytes = storage_offset * item, math.prod(sizes) * item
         if storage_offset < 0 or start + nbytes > self.buffer_size:
             raise _invalid("get_buffer", "sizes",
@@ -278,7 +278,7 @@ class _SymmetricMemory:
 
     def get_remote_tensor(self, peer: int, sizes: Sequence[int], dtype: torch.dtype):
         """Peer's memory at this handle's offset as a tensor of `sizes` and `dtype`."""
-        item = torch.empty((), dtype=dtype).element_size()
+        item = dtype.itemsize
         if self._offset % item:
             raise _invalid("get_remote_tensor", "dtype", f"{dtype} does not divide the handle's "
                            f"offset {self._offset}", self.rank)
@@ -292,7 +292,7 @@ class _SymmetricMemory:
         dtype = dtype or torch.uint32
         sizes = (sizes,) if isinstance(sizes, int) else tuple(sizes)
         if not sizes:
-            item = torch.empty((), dtype=dtype).element_size()
+            item = dtype.itemsize
             sizes = (self.signal_pad_size // item - storage_offset,)
         return torch.from_dlpack(
             self._mem.signal_pad(peer, list(sizes), _st._dtype_name(dtype), storage_offset))
@@ -371,19 +371,18 @@ def is_symm_mem_enabled_for_group(group_name: str) -> bool:
     return True  # symmem needs no enabling: every group can allocate
 
 
+_workspaces: dict = {}
+
+
 def get_symm_mem_workspace(group_name: str, min_size: int) -> _SymmetricMemory:
     """A uint8 symmetric buffer of at least `min_size` bytes over the group, reused across calls
     (re-allocated, collectively, when a call asks for more)."""
     g = _group(group_name, "get_symm_mem_workspace")
     t = _workspaces.get(g)
     if t is None or t.numel() < min_size:
-        t = _workspaces[g] = _allocate(g, (max(min_size, 1),), torch.uint8,
-                                       "cpu" if t is None and not torch.cuda.is_available()
-                                       else (t.device if t is not None else "cuda"))
+        device = t.device if t is not None else ("cuda" if torch.cuda.is_available() else "cpu")
+        t = _workspaces[g] = _allocate(g, (max(min_size, 1),), torch.uint8, device)
     return rendezvous(t, g)
-
-
-_workspaces: dict = {}
 
 
 # ---- backends and pools ------------------------------------------------------------------------
@@ -418,7 +417,7 @@ def get_mem_pool(device):
 
 # ---- one-sided module functions ----------------------------------------------------------------
 def _at_offset(hdl: _SymmetricMemory, dtype: torch.dtype, fn: str) -> _symmem.SymmetricArray:
-    item = torch.empty((), dtype=dtype).element_size()
+    item = dtype.itemsize
     if hdl.offset % item:
         raise _invalid(fn, "hdl", f"has offset {hdl.offset}, not a multiple of {dtype}'s size")
     return hdl._mem.array(((hdl.buffer_size - hdl.offset) // item,), _st._dtype_name(dtype),
@@ -575,22 +574,20 @@ def all_to_all_vdev(input, out, in_splits, out_splits_offsets, group_name):
     out_splits_offsets[1].copy_(recv_offsets // row)
 
 
-def _peer_of(tensor, peer, fn):
-    found = _memory(tensor)
-    if found is None:
+def _require_symmetric(tensor, fn):
+    if _memory(tensor) is None:
         raise _invalid(fn, "tensor", "is not in symmetric memory (symm_mem.empty())")
-    return found[0].group
 
 
 def nvshmem_put(tensor, peer):
     """Copies `tensor` into the same place of peer's memory."""
-    _peer_of(tensor, peer, "nvshmem_put")
+    _require_symmetric(tensor, "nvshmem_put")
     _symmem.put(tensor, tensor, peer)
 
 
 def nvshmem_get(tensor, peer):
     """Copies the same place of peer's memory into `tensor`."""
-    _peer_of(tensor, peer, "nvshmem_get")
+    _require_symmetric(tensor, "nvshmem_get")
     _symmem.get(tensor, tensor, peer)
 
 
