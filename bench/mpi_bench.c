@@ -7,13 +7,19 @@
  *   all_gather: MPI_Allgather, recv = size (n blocks of size/n)
  *   all_to_all: MPI_Alltoall, send = recv = size (n blocks)
  *   broadcast: MPI_Bcast of size bytes from rank 0
- * Prints one line per size: "<op> <bytes> <time_us> <algbw_GBps>" (time: slowest rank, mean
- * over ITERS). --memcpy prints "memcpy <bytes> <time_us> <GBps>" (bytes copied / time). */
+ * Prints one line per size: "<op> <bytes> <time_us> <algbw_GBps> <median_us>" (time: slowest
+ * rank, mean over ITERS; median: of that rank's iterations, each timed alone, as symmem-bench's
+ * med(us) column is). --memcpy prints "memcpy <bytes> <time_us> <GBps>" (bytes copied / time). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+static int cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
 
 static double now_us(void) {
   struct timespec ts;
@@ -96,16 +102,19 @@ int main(int argc, char** argv) {
   float* recv = aligned_alloc(4096, maxb + 4096);
   for (size_t i = 0; i < maxb / 4; ++i) send[i] = (float)(i % 9) - 4.0f;
   memset(recv, 0, maxb);
+  double* durations = malloc(sizeof(double) * (size_t)(iters > 0 ? iters : 1));
   for (double s = minb; s <= maxb * 1.0000001; s *= factor) {
     size_t elems = (size_t)s / 4, blk = elems / n;
     int is_blocked = strcmp(op, "all_reduce") && strcmp(op, "broadcast");
     if ((is_blocked ? blk : elems) == 0) continue;
     size_t bytes = is_blocked ? blk * n * 4 : elems * 4;
+    double t_prev = 0;
     for (int it = -warmup; it < iters; ++it) {
       static double t0;
       if (it == 0) {
         MPI_Barrier(MPI_COMM_WORLD);
         t0 = now_us();
+        t_prev = t0;
       }
       if (!strcmp(op, "all_reduce"))
         MPI_Allreduce(send, recv, (int)elems, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
@@ -117,14 +126,27 @@ int main(int argc, char** argv) {
         MPI_Alltoall(send, (int)blk, MPI_FLOAT, recv, (int)blk, MPI_FLOAT, MPI_COMM_WORLD);
       else
         MPI_Bcast(rank == 0 ? send : recv, (int)elems, MPI_FLOAT, 0, MPI_COMM_WORLD);
+      if (it >= 0) {
+        const double t_now = now_us();
+        durations[it] = t_now - t_prev;
+        t_prev = t_now;
+      }
       if (it == iters - 1) {
-        double t = (now_us() - t0) / iters, tmax = 0;
-        MPI_Reduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-        if (rank == 0) printf("%s %zu %.3f %.4f\n", op, bytes, tmax, bytes / (tmax * 1e3));
+        struct {
+          double t;
+          int rank;
+        } mine = {(t_prev - t0) / iters, rank}, slowest;
+        MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD);
+        qsort(durations, (size_t)iters, sizeof(double), cmp_double);
+        double med = durations[iters / 2];
+        MPI_Bcast(&med, 1, MPI_DOUBLE, slowest.rank, MPI_COMM_WORLD);
+        if (rank == 0)
+          printf("%s %zu %.3f %.4f %.3f\n", op, bytes, slowest.t, bytes / (slowest.t * 1e3), med);
       }
     }
   }
   fflush(stdout);
+  free(durations);
   free(send);
   free(recv);
   MPI_Finalize();

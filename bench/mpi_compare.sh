@@ -7,8 +7,10 @@
 #
 # Needs a build of symmem-run and symmem-bench (cmake -S . -B build -G Ninja && ninja -C build
 # symmem-run symmem-bench) and Open MPI (openmpi-bin, libopenmpi-dev). Columns:
-#   symmem/MPI time(us), ratio = MPI time / symmem time (>1: symmem faster), algbw of both in
-#   GB/s, and symmem's algbw as a percentage of memcpy bandwidth at that size.
+#   symmem/MPI time(us) (mean over the iterations, slowest rank), ratio = MPI time / symmem time
+#   (>1: symmem faster), the same three for the median iteration (each iteration timed alone,
+#   of the slowest rank), algbw of both in GB/s, and symmem's algbw as a percentage of memcpy
+#   bandwidth at that size.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NP=2 MIN=4K MAX=64M FACTOR=4 ITERS=20 WARMUP=5 MEM=sym BUILD=build
@@ -60,14 +62,14 @@ for line in open(os.path.join(out, "memcpy.txt")):
     memcpy[int(b)] = float(bw)
 print(f"# symmem (host backend, {mem} memory) vs Open MPI, {np} ranks, f32 (sum for reductions)")
 print(f"# memcpy = single-core memcpy bandwidth of the same size (bytes copied / time)")
-hdr = f"{'op':<15}{'size':>10} {'symmem us':>11}{'MPI us':>11}{'ratio':>8} {'symmem GB/s':>12}{'MPI GB/s':>10}{'memcpy GB/s':>12}{'% memcpy':>9}"
+hdr = f"{'op':<15}{'size':>10} {'symmem us':>11}{'MPI us':>11}{'ratio':>8} {'sym med':>9}{'MPI med':>9}{'ratio':>7} {'symmem GB/s':>12}{'MPI GB/s':>10}{'memcpy GB/s':>12}{'% memcpy':>9}"
 print(hdr)
 for op in ops:
     mpi = {}
     for line in open(os.path.join(out, f"mpi_{op}.txt")):
         f = line.split()
-        if len(f) == 4 and f[0] == op:
-            mpi[int(f[1])] = (float(f[2]), float(f[3]))
+        if len(f) == 5 and f[0] == op:
+            mpi[int(f[1])] = (float(f[2]), float(f[3]), float(f[4]))
     for line in open(os.path.join(out, f"symmem_{op}.json")):
         r = json.loads(line)
         b = r["bytes"]
@@ -76,9 +78,11 @@ for op in ops:
             continue
         m = mpi.get(b)
         mc = memcpy.get(min(memcpy, key=lambda k: abs(k - b))) if memcpy else 0
-        mt, mb = (m if m else (float("nan"), float("nan")))
+        mt, mb, mm = (m if m else (float("nan"),) * 3)
         ratio = mt / r["time_us"] if m else float("nan")
+        sm = r.get("time_median_us", float("nan"))
+        mratio = mm / sm if m and sm > 0 else float("nan")
         pct = 100 * r["algbw_gbps"] / mc if mc else float("nan")
         size = f"{b // 1048576}M" if b >= 1048576 and b % 1048576 == 0 else (f"{b // 1024}K" if b >= 1024 and b % 1024 == 0 else str(b))
-        print(f"{op:<15}{size:>10} {r['time_us']:>11.2f}{mt:>11.2f}{ratio:>8.2f} {r['algbw_gbps']:>12.3f}{mb:>10.3f}{mc:>12.2f}{pct:>8.0f}%")
+        print(f"{op:<15}{size:>10} {r['time_us']:>11.2f}{mt:>11.2f}{ratio:>8.2f} {sm:>9.2f}{mm:>9.2f}{mratio:>7.2f} {r['algbw_gbps']:>12.3f}{mb:>10.3f}{mc:>12.2f}{pct:>8.0f}%")
 PY

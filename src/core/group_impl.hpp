@@ -11,6 +11,7 @@
 
 #include "core/abort.hpp"
 #include "core/exchange.hpp"
+#include "core/memory_registry.hpp"
 #include "core/trace.hpp"
 #include "symmem/error.hpp"
 #include "symmem/group.hpp"
@@ -71,6 +72,17 @@ struct Group::Impl {
   std::atomic<const char*> busy_op{nullptr};
   // The group's flight recorder (NOTE [flight recorder] in core/trace.hpp); null when off.
   std::unique_ptr<detail::FlightRecorder> recorder;
+  // Moves each time group_workspace() replaces one of the group's workspaces (memory.cpp).
+  std::atomic<uint64_t> workspace_generation{0};
+  // NOTE [op fast path] (ops.cpp): what the collectives look up on every call, kept for the
+  // next one. Only the thread that holds busy_op touches these.
+  struct OpCache {
+    BufferCache buffers;
+    std::weak_ptr<SymmetricMemory::Impl> cpu_workspace;  // the agreement's last workspace
+    uint64_t cpu_workspace_generation = 0;
+    std::vector<const void*> descs;   // per rank: its descriptor of the op being agreed
+    std::vector<const void*> inputs;  // per rank: scratch of the inline all-reduce
+  } op_cache;
 
   ~Impl();
 };

@@ -14,6 +14,7 @@
 // as different sizes (or devices/backends) for the same sequence number.
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <set>
@@ -116,6 +117,8 @@ std::map<uintptr_t, RangeEntry>& ranges() {
   static auto* r = new std::map<uintptr_t, RangeEntry>;
   return *r;
 }
+// Moves whenever ranges() changes (under its lock): what a BufferCache entry was found at.
+std::atomic<uint64_t> range_generation{1};
 
 void register_range(const std::shared_ptr<detail::Allocation>& a) {
   void* p = a->mem->ptr(a->rank);
@@ -123,6 +126,7 @@ void register_range(const std::shared_ptr<detail::Allocation>& a) {
   auto base = reinterpret_cast<uintptr_t>(p);
   std::unique_lock<std::shared_mutex> lock(range_mutex());
   ranges()[base] = RangeEntry{base + a->bytes, a, a->group_key};
+  range_generation.fetch_add(1, std::memory_order_release);
   a->registered_base = base;
 }
 
@@ -495,6 +499,12 @@ SymmetricMemory allocate_impl(const Group& group, size_t bytes, Device device,
   SYMMEM_CHECK(op, rank, a->mem != nullptr, ErrorCode::Internal,
                "backend '" << choice.name << "' returned no memory");
   register_range(a);
+  if (workspace && device.type == DeviceType::cpu) {  // NOTE [op fast path] (core/ops.cpp)
+    for (int p = 0; p < a->world_size; ++p) {
+      a->peer_ptrs.push_back(static_cast<char*>(a->mem->ptr(p)));
+      a->peer_pads.push_back(a->mem->signal_pad(p));
+    }
+  }
   SYMMEM_LOG(TRACE, ALLOC) << "rank " << rank << ": " << a->label << " ready";
   return view_of(std::move(a), 0, bytes);
 }
@@ -518,6 +528,7 @@ void Allocation::release() noexcept {
       auto other = it->second.alloc.lock();
       if (!other || other.get() == this) ranges().erase(it);
     }
+    range_generation.fetch_add(1, std::memory_order_release);
     registered_base = 0;
   }
   try {
@@ -766,26 +777,30 @@ SymmetricMemory find_symmetric(const Group& group, const void* p, size_t bytes) 
   return view_of(std::move(a), reinterpret_cast<uintptr_t>(p) - base, bytes);
 }
 
-SymmetricMemory find_symmetric_any(const void* p) {
+BufferRef BufferCache::find(const void* p) {
   if (p == nullptr) return {};
+  const uint64_t gen = range_generation.load(std::memory_order_acquire);
+  for (Entry& e : entries_) {
+    if (e.p != p || e.gen != gen) continue;
+    if (!e.found) return {};
+    auto a = e.alloc.lock();
+    if (a && !a->freed.load(std::memory_order_acquire)) return {std::move(a), e.offset};
+    break;  // freed since: look again
+  }
   uintptr_t base = 0;
   auto a = lookup(p, 1, &base);
-  if (!a) return {};
-  const size_t bytes = a->bytes;
-  return view_of(std::move(a), 0, bytes);
+  Entry& e = entries_[next_++ % entries_.size()];
+  e.p = p;
+  e.gen = gen;  // read before the lookup: a change during it makes the entry stale, not wrong
+  e.found = a != nullptr;
+  e.alloc = a;
+  e.offset = a ? reinterpret_cast<uintptr_t>(p) - base : 0;
+  return {std::move(a), e.offset};
 }
 
-SymmetricMemory narrow_to(const SymmetricMemory& whole, const void* p, size_t bytes) {
-  const auto& w = whole.impl();
-  if (!w || p == nullptr) return {};
-  const auto* a = w->alloc.get();
-  if (a->freed.load() || !a->mem) return {};
-  const auto base = reinterpret_cast<uintptr_t>(a->mem->ptr(a->rank));
-  const auto addr = reinterpret_cast<uintptr_t>(p);
-  if (base == 0 || addr < base) return {};
-  const size_t off = addr - base;
-  if (off >= a->bytes || std::max<size_t>(bytes, 1) > a->bytes - off) return {};
-  return view_of(w->alloc, off, bytes);
+SymmetricMemory view_of_allocation(std::shared_ptr<detail::Allocation> a, size_t offset,
+                                   size_t length) {
+  return view_of(std::move(a), offset, length);
 }
 
 std::shared_ptr<Backend> backend_of(const SymmetricMemory& buf) {
@@ -835,6 +850,7 @@ SymmetricMemory group_workspace(const Group& group, Device device, size_t bytes)
                           << " workspace on " << to_string(device) << " grows from " << old
                           << " to " << want << " bytes";
   ws = SymmetricMemory();  // the old one goes when its last user drops it
+  group.impl()->workspace_generation.fetch_add(1, std::memory_order_release);
   ws = allocate_impl(group, want, device, AllocOptions{}, true);
   return ws;
 }

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "symmem/backend.hpp"
 #include "symmem/memory.hpp"
@@ -35,6 +36,10 @@ struct Allocation {
   std::string label;  // "allocation #3 of group g0 (4096 bytes, host)"
   std::atomic<bool> freed{false};
   uintptr_t registered_base = 0;  // 0: not in the address registry
+  // CPU group workspaces: mem->ptr(p) and mem->signal_pad(p) of every peer, read once at
+  // allocation (NOTE [op fast path] in ops.cpp). Empty for other allocations.
+  std::vector<char*> peer_ptrs;
+  std::vector<uint32_t*> peer_pads;
 
   ~Allocation();
   // Unregisters and releases the backend memory; idempotent, never throws.

@@ -7,7 +7,9 @@
 // GPU backends). Ops use it to take the zero-copy path when a pointer lies in symmetric memory
 // of the op's group.
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -25,13 +27,40 @@ class Backend;
 // (the same Group, or a copy of it), else an invalid handle. bytes == 0 is treated as 1.
 SYMMEM_API SymmetricMemory find_symmetric(const Group& group, const void* p, size_t bytes);
 
-// The whole allocation (of any group) whose local buffer contains `p`, or an invalid handle.
-// For error messages ("this buffer belongs to group X").
-SYMMEM_API SymmetricMemory find_symmetric_any(const void* p);
+namespace detail {
+struct Allocation;
+}
 
-// The view [p, p + bytes) of `whole` (a handle from find_symmetric_any(p)), or an invalid handle
-// when the range runs past the allocation's end: find_symmetric without a second lookup.
-SYMMEM_API SymmetricMemory narrow_to(const SymmetricMemory& whole, const void* p, size_t bytes);
+// A buffer argument's allocation: the live allocation (of any group) whose local buffer holds
+// the pointer, and the pointer's offset in it; alloc is null for ordinary memory.
+struct BufferRef {
+  std::shared_ptr<detail::Allocation> alloc;
+  size_t offset = 0;
+};
+
+// NOTE [op fast path] (core/ops.cpp): the address registry's answers for the last few pointers
+// a group's ops were given (ordinary memory included), kept until the registry changes (an
+// allocation made or freed anywhere in the process). Holds no allocation alive. Not
+// thread-safe: one per group, used by the thread that runs the group's op.
+class SYMMEM_API BufferCache {
+ public:
+  BufferRef find(const void* p);
+
+ private:
+  struct Entry {
+    const void* p = nullptr;
+    uint64_t gen = 0;  // the registry's generation when found (0: never)
+    bool found = false;
+    std::weak_ptr<detail::Allocation> alloc;
+    size_t offset = 0;
+  };
+  std::array<Entry, 4> entries_{};
+  unsigned next_ = 0;
+};
+
+// A handle on [offset, offset + length) of `a` (offset from its local buffer's start).
+SYMMEM_API SymmetricMemory view_of_allocation(std::shared_ptr<detail::Allocation> a, size_t offset,
+                                              size_t length);
 
 // The backend object serving `buf`'s allocation (no registry lookup by name); null when `buf`
 // is empty.

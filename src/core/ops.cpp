@@ -90,30 +90,45 @@ Millis op_timeout(const char* op, int rank, Millis t) {
   return detail::resolve_timeout(t);
 }
 
+// A buffer argument's range in symmetric memory of the op's group. The handle on it (a
+// SymmetricMemory) is made only when a backend runs the op (NOTE [op fast path]).
+struct SymRange {
+  std::shared_ptr<detail::Allocation> alloc;  // null: not in symmetric memory of the group
+  size_t offset = 0;                          // from the start of the allocation's local buffer
+  size_t length = 0;
+  bool valid() const { return alloc != nullptr; }
+  Device device() const { return alloc->device; }
+  uint64_t alloc_id() const { return alloc->alloc_id; }
+  SymmetricMemory view() const {
+    return alloc ? view_of_allocation(alloc, offset, length) : SymmetricMemory();
+  }
+};
+
 // What the core knows about one buffer argument.
 struct BufInfo {
-  SymmetricMemory sym;  // view covering the range when it lies in symmetric memory of the group
+  SymRange sym;  // the range when it lies in symmetric memory of the group
 };
 
 // The allocation (of any group) holding a buffer argument, looked up once per call and pointer
-// (send and recv, and the preliminary device, ask for the same pointers).
+// (send and recv, and the preliminary device, ask for the same pointers), through the group's
+// BufferCache (NOTE [op fast path]).
 class Holders {
  public:
-  const SymmetricMemory& of(const void* p) {
+  const BufferRef& of(BufferCache& cache, const void* p) {
     for (int i = 0; i < n_; ++i)
-      if (p_[i] == p) return sym_[i];
-    SymmetricMemory found = find_symmetric_any(p);
+      if (p_[i] == p) return ref_[i];
+    BufferRef found = cache.find(p);
     if (n_ == kSlots) return last_ = std::move(found);
     p_[n_] = p;
-    sym_[n_] = std::move(found);
-    return sym_[n_++];
+    ref_[n_] = std::move(found);
+    return ref_[n_++];
   }
 
  private:
   static constexpr int kSlots = 2;
   const void* p_[kSlots] = {};
-  SymmetricMemory sym_[kSlots];
-  SymmetricMemory last_;
+  BufferRef ref_[kSlots];
+  BufferRef last_;
   int n_ = 0;
 };
 
@@ -138,6 +153,22 @@ size_t checked_bytes(const char* op, int rank, const char* arg, size_t count, si
 uint64_t next_seq(const Group& group) {
   return group.impl()->op_seq.fetch_add(1, std::memory_order_relaxed);
 }
+
+// NOTE [op fast path]
+// A small host collective is a few hundred nanoseconds of data movement, so what the core does
+// around it on every call counts: a 4 KiB all_reduce of 2 ranks ran ~8600 instructions per call
+// (callgrind), of which the reduction was ~850. The per-call work that is the same from one call
+// to the next is therefore kept, and nothing is allocated on the way:
+// - buffer arguments: the group's BufferCache (core/memory_registry.hpp) remembers which
+//   allocation held the last pointers, until an allocation is made or freed anywhere;
+// - the agreement's CPU workspace: kept per group (weakly) until group_workspace() replaces it;
+//   its allocation knows its peers' pointers and signal pads (Allocation::peer_ptrs/peer_pads),
+//   so PadSync and the descriptor reads need no calls;
+// - descriptors are written in place (the message only when there is one) and read where the
+//   peers wrote them (they are not rewritten before op seq + 2; NOTE [collective agreement]);
+// - argument agreement compares numbers and formats only a mismatch.
+// The caches belong to Group::Impl::op_cache and are touched only by the thread running the
+// group's collective (NOTE [one thread per group]).
 
 // ---- descriptor -------------------------------------------------------------------------------
 struct Desc {
@@ -171,7 +202,7 @@ struct Call {
   size_t recv_capacity = 0;
   bool recv_counts_known = false;
   bool inline_data = false;  // NOTE [inline all-reduce] (core/pad_sync.hpp)
-  SymmetricMemory send_sym, recv_sym;
+  SymRange send_sym, recv_sym;
   Device device;
   std::shared_ptr<Backend> backend;
   Millis timeout{0};
@@ -195,23 +226,25 @@ BufInfo check_buffer(Call& c, const char* arg, const void* p, size_t bytes, size
     os << "= " << p << " is not aligned to " << align << " bytes (the element size)";
     fail_arg(op, rank, arg, os.str());
   }
-  const SymmetricMemory& any = c.holders.of(p);
-  if (!any.valid()) return info;  // ordinary memory
-  if (any.impl()->alloc->group_key != c.group->impl().get()) {
+  const BufferRef& ref = c.holders.of(c.group->impl()->op_cache.buffers, p);
+  if (!ref.alloc) return info;  // ordinary memory
+  const detail::Allocation& a = *ref.alloc;
+  if (a.group_key != c.group->impl().get()) {
+    const SymmetricMemory any = view_of_allocation(ref.alloc, 0, a.bytes);
     fail_arg(op, rank, arg,
              "lies in " + describe(any) + ", which belongs to group '" + any.group().name() +
                  "', not to this op's group '" + c.group->name() + "'");
   }
-  info.sym = narrow_to(any, p, bytes);
-  if (!info.sym.valid()) {
-    size_t off = static_cast<size_t>(static_cast<const char*>(p) -
-                                     static_cast<const char*>(any.ptr(any.rank())));
+  const size_t off = ref.offset;
+  if (off >= a.bytes || std::max<size_t>(bytes, 1) > a.bytes - off) {
+    const SymmetricMemory any = view_of_allocation(ref.alloc, 0, a.bytes);
     fail_arg(op, rank, arg,
              "range of " + std::to_string(bytes) + " bytes at offset " + std::to_string(off) +
                  " of " + describe(any) + " runs past its end (" +
-                 std::to_string(any.size() - std::min(off, any.size())) +
+                 std::to_string(a.bytes - std::min(off, a.bytes)) +
                  " bytes left): the count is too large for this buffer");
   }
+  info.sym = SymRange{ref.alloc, off, bytes};
   return info;
 }
 
@@ -282,9 +315,9 @@ void resolve_backend_for(Call& c, const std::optional<Device>& requested) {
   // A symmetric buffer on the op's device names its backend object (no lookup by name).
   std::string name;
   if (c.send_sym.valid() && c.send_sym.device() == c.device) {
-    c.backend = backend_of(c.send_sym);
+    c.backend = c.send_sym.alloc->backend;
   } else if (c.recv_sym.valid() && c.recv_sym.device() == c.device) {
-    c.backend = backend_of(c.recv_sym);
+    c.backend = c.recv_sym.alloc->backend;
   } else {
     name = detail::backend_for(*c.group, c.device);  // NOTE [CPU buffers of a GPU backend]
     c.backend = get_backend(name);
@@ -293,6 +326,25 @@ void resolve_backend_for(Call& c, const std::optional<Device>& requested) {
     fail(ErrorCode::Unsupported, c.op, c.rank,
          unsupported(name.empty() ? c.backend->name() : name, c.info, c.dtype, c.device));
   }
+}
+
+// group_workspace(group, cpu, bytes), remembered for the next op (NOTE [op fast path]): the
+// group's last CPU workspace while group_workspace() has not replaced it, it is not freed and it
+// is large enough.
+SymmetricMemory cpu_workspace(const Group& group, size_t bytes) {
+  Group::Impl& g = *group.impl();
+  auto& cache = g.op_cache;
+  const uint64_t gen = g.workspace_generation.load(std::memory_order_acquire);
+  if (cache.cpu_workspace_generation == gen) {
+    if (auto impl = cache.cpu_workspace.lock()) {
+      if (!impl->alloc->freed.load(std::memory_order_acquire) && impl->length >= bytes)
+        return SymmetricMemory(std::move(impl));
+    }
+  }
+  SymmetricMemory ws = group_workspace(group, Device::cpu(), bytes);
+  cache.cpu_workspace = ws.impl();
+  cache.cpu_workspace_generation = gen;  // read before: a replacement since makes it stale
+  return ws;
 }
 
 OpArgs make_args(const Call& c, const OpOptions& o) {
@@ -314,18 +366,21 @@ OpArgs make_args(const Call& c, const OpOptions& o) {
   a.recv_counts_known = c.recv_counts_known;
   a.stream = o.stream;
   a.timeout = c.timeout;
-  a.send_sym = c.send_sym;
-  a.recv_sym = c.recv_sym;
+  a.send_sym = c.send_sym.view();
+  a.recv_sym = c.recv_sym.view();
   // The op's group outlives the backend's run (the caller holds it); two words keep the
   // std::function free of a heap allocation.
   const Group* group = c.group;
   const Device device = c.device;
-  a.workspace = [group, device](size_t bytes) { return group_workspace(*group, device, bytes); };
+  a.workspace = [group, device](size_t bytes) {
+    return device.type == DeviceType::cpu ? cpu_workspace(*group, bytes)
+                                          : group_workspace(*group, device, bytes);
+  };
   return a;
 }
 
+// Every field but the message, which only a rank with an error writes (and only then is it read).
 void fill_desc(Desc& d, const Call& c, uint64_t seq, const LocalError& err) {
-  std::memset(&d, 0, sizeof(d));
   d.seq_plus_one = seq + 1;
   d.kind = static_cast<int32_t>(c.kind);
   d.dtype = static_cast<int32_t>(c.dtype);
@@ -336,60 +391,80 @@ void fill_desc(Desc& d, const Call& c, uint64_t seq, const LocalError& err) {
   d.err_code = static_cast<int32_t>(err.code);
   d.recv_counts_known = c.recv_counts_known ? 1 : 0;
   d.inline_data = c.inline_data ? 1 : 0;
+  d.unused = 0;
   d.count = c.count;
   d.recv_capacity = c.recv_capacity;
   d.send_alloc = c.send_sym.valid() ? static_cast<int64_t>(c.send_sym.alloc_id()) : -1;
-  d.send_off = c.send_sym.valid() ? static_cast<int64_t>(c.send_sym.offset()) : -1;
+  d.send_off = c.send_sym.valid() ? static_cast<int64_t>(c.send_sym.offset) : -1;
   d.recv_alloc = c.recv_sym.valid() ? static_cast<int64_t>(c.recv_sym.alloc_id()) : -1;
-  d.recv_off = c.recv_sym.valid() ? static_cast<int64_t>(c.recv_sym.offset()) : -1;
-  std::snprintf(d.message, sizeof(d.message), "%s", err.message.c_str());
+  d.recv_off = c.recv_sym.valid() ? static_cast<int64_t>(c.recv_sym.offset) : -1;
+  if (err.set()) std::snprintf(d.message, sizeof(d.message), "%s", err.message.c_str());
 }
 
 [[noreturn]] void throw_agreed(const char* op, int rank, const std::string& what) {
   throw_error(ErrorCode::InvalidArgument, op, rank, what);
 }
 
-// The arguments of the row's `agree` column must be the same on every rank.
-void agree_arguments(const Call& c, const std::vector<Desc>& all) {
-  auto mismatch = [&](uint32_t flag, const char* arg, auto get) {
-    if (!c.info.must_agree(flag)) return;
-    for (size_t p = 1; p < all.size(); ++p) {
-      if (get(all[p]) != get(all[0])) {
-        std::ostringstream os;
-        os << "argument '" << arg << "' differs across ranks: rank 0 passed " << get(all[0])
-           << ", rank " << p << " passed " << get(all[p]) << "; no rank ran the op";
-        throw_agreed(c.op, c.rank, os.str());
-      }
-    }
-  };
-  using namespace op_table;
-  mismatch(redop, "op",
-           [](const Desc& x) { return std::string(to_string(static_cast<ReduceOp>(x.redop))); });
-  mismatch(count, c.info.count_arg, [](const Desc& x) { return x.count; });
-  mismatch(dtype, "dtype",
-           [](const Desc& x) { return std::string(to_string(static_cast<DType>(x.dtype))); });
-  mismatch(known, "recv_counts_known", [](const Desc& x) { return x.recv_counts_known; });
-  mismatch(algo, "algo",
-           [](const Desc& x) { return std::string(to_string(static_cast<Algo>(x.algo))); });
-  mismatch(root, "root", [](const Desc& x) { return x.root; });
-}
-
-// What every rank wrote for one op: its descriptor and its all_to_all_v counts.
+// What every rank wrote for one op, where it wrote it: its descriptor and its all_to_all_v counts.
 struct Published {
-  std::vector<Desc> all;
-  std::vector<const int64_t*> counts;  // counts[p][q]: p sends to q; [p][n + q]: p expects
+  const void* const* desc;  // per rank: its descriptor slot in the workspace
+  int n;
+  const Desc& operator[](int p) const { return *static_cast<const Desc*>(desc[p]); }
+  // counts(p)[q]: p sends to q; counts(p)[n + q]: p expects from q
+  const int64_t* counts(int p) const {
+    return reinterpret_cast<const int64_t*>(static_cast<const char*>(desc[p]) +
+                                            detail::kDescFixedBytes);
+  }
 };
 
-// Writes this rank's descriptor, meets the others at one barrier, reads theirs.
+// The arguments of the row's `agree` column must be the same on every rank. Compares numbers;
+// only a mismatch is put into words.
+void agree_arguments(const Call& c, const Published& all) {
+  auto mismatch = [&](uint32_t flag, const char* arg, auto get, auto say) {
+    if (!c.info.must_agree(flag)) return;
+    for (int p = 1; p < all.n; ++p) {
+      if (get(all[p]) == get(all[0])) continue;
+      std::ostringstream os;
+      os << "argument '" << arg << "' differs across ranks: rank 0 passed " << say(get(all[0]))
+         << ", rank " << p << " passed " << say(get(all[p])) << "; no rank ran the op";
+      throw_agreed(c.op, c.rank, os.str());
+    }
+  };
+  auto number = [](auto v) { return std::to_string(v); };
+  using namespace op_table;
+  mismatch(
+      redop, "op", [](const Desc& x) { return x.redop; },
+      [](int32_t v) { return std::string(to_string(static_cast<ReduceOp>(v))); });
+  mismatch(
+      count, c.info.count_arg, [](const Desc& x) { return x.count; }, number);
+  mismatch(
+      dtype, "dtype", [](const Desc& x) { return x.dtype; },
+      [](int32_t v) { return std::string(to_string(static_cast<DType>(v))); });
+  mismatch(
+      known, "recv_counts_known", [](const Desc& x) { return x.recv_counts_known; }, number);
+  mismatch(
+      algo, "algo", [](const Desc& x) { return x.algo; },
+      [](int32_t v) { return std::string(to_string(static_cast<Algo>(v))); });
+  mismatch(
+      root, "root", [](const Desc& x) { return x.root; }, number);
+}
+
+// Rank p's part of the group's CPU workspace, from its allocation's table (NOTE [op fast path]).
+char* workspace_part(const SymmetricMemory& ws, int p) {
+  const auto& ptrs = ws.impl()->alloc->peer_ptrs;
+  if (static_cast<size_t>(p) < ptrs.size()) return ptrs[static_cast<size_t>(p)] + ws.impl()->offset;
+  return static_cast<char*>(ws.ptr(p));
+}
+
+// Writes this rank's descriptor, meets the others at one barrier, and points at theirs.
 Published publish(const Call& c, uint64_t seq, const LocalError& err, detail::PadSync& sync,
                   const SymmetricMemory& ws) {
   const int n = c.world;
-  char* mine = static_cast<char*>(ws.ptr(c.rank)) + detail::desc_offset(n, seq);
-  Desc d;
-  fill_desc(d, c, seq, err);
-  std::memcpy(mine, &d, sizeof(d));
+  auto base = [&](int p) { return workspace_part(ws, p); };
+  char* mine = base(c.rank) + detail::desc_offset(n, seq);
+  fill_desc(*reinterpret_cast<Desc*>(mine), c, seq, err);
   if (c.inline_data)
-    std::memcpy(static_cast<char*>(ws.ptr(c.rank)) + detail::inline_offset(n, seq), c.send,
+    std::memcpy(base(c.rank) + detail::inline_offset(n, seq), c.send,
                 c.count * dtype_size(c.dtype));
   auto* my_counts = reinterpret_cast<int64_t*>(mine + detail::kDescFixedBytes);
   if (c.kind == OpKind::all_to_all_v && !err.set()) {
@@ -397,18 +472,15 @@ Published publish(const Call& c, uint64_t seq, const LocalError& err, detail::Pa
     if (c.recv_counts_known) std::memcpy(my_counts + n, c.recv_counts, sizeof(int64_t) * n);
   }
   sync.barrier();
-  Published out{std::vector<Desc>(n), std::vector<const int64_t*>(n)};
-  for (int p = 0; p < n; ++p) {
-    const char* base = static_cast<const char*>(ws.ptr(p)) + detail::desc_offset(n, seq);
-    std::memcpy(&out.all[p], base, sizeof(Desc));
-    out.counts[p] = reinterpret_cast<const int64_t*>(base + detail::kDescFixedBytes);
-  }
-  return out;
+  auto& descs = c.group->impl()->op_cache.descs;
+  descs.resize(static_cast<size_t>(n));
+  for (int p = 0; p < n; ++p) descs[static_cast<size_t>(p)] = base(p) + detail::desc_offset(n, seq);
+  return Published{descs.data(), n};
 }
 
 // Out of step: some rank is in another op.
-void check_in_step(const Call& c, uint64_t seq, const std::vector<Desc>& all) {
-  for (size_t p = 0; p < all.size(); ++p) {
+void check_in_step(const Call& c, uint64_t seq, const Published& all) {
+  for (int p = 0; p < all.n; ++p) {
     if (all[p].seq_plus_one == seq + 1 && all[p].kind == static_cast<int32_t>(c.kind)) continue;
     const char* pk = to_string(static_cast<OpKind>(all[p].kind));
     throw_error(ErrorCode::InvalidArgument, c.op, c.rank,
@@ -420,9 +492,9 @@ void check_in_step(const Call& c, uint64_t seq, const std::vector<Desc>& all) {
 }
 
 // A rank whose own arguments were bad: it throws its error, the others name it.
-void check_rejections(const Call& c, const LocalError& err, const std::vector<Desc>& all) {
+void check_rejections(const Call& c, const LocalError& err, const Published& all) {
   if (err.set()) throw Error(err.code, err.message);  // the message is complete already
-  for (size_t p = 0; p < all.size(); ++p) {
+  for (int p = 0; p < all.n; ++p) {
     if (all[p].ok) continue;
     throw_error(static_cast<ErrorCode>(all[p].err_code), c.op, c.rank,
                 "rank " + std::to_string(p) + " rejected its arguments, so no rank ran the op: " +
@@ -434,11 +506,11 @@ void check_rejections(const Call& c, const LocalError& err, const std::vector<De
 // capacity.
 void check_a2av_counts(const Call& c, const Published& pub) {
   const int n = c.world, r = c.rank;
-  const auto& counts = pub.counts;
+  auto counts = [&](int p) { return pub.counts(p); };
   if (c.recv_counts_known) {
     for (int q = 0; q < n; ++q) {
       for (int p = 0; p < n; ++p) {
-        int64_t sent = counts[p][q], expected = counts[q][n + p];
+        int64_t sent = counts(p)[q], expected = counts(q)[n + p];
         if (sent == expected) continue;
         std::string s = std::to_string(sent), e = std::to_string(expected);
         if (r == q) {
@@ -465,8 +537,8 @@ void check_a2av_counts(const Call& c, const Published& pub) {
   }
   for (int q = 0; q < n; ++q) {
     uint64_t incoming = 0;
-    for (int p = 0; p < n; ++p) incoming += static_cast<uint64_t>(counts[p][q]);
-    const uint64_t cap = pub.all[q].recv_capacity;
+    for (int p = 0; p < n; ++p) incoming += static_cast<uint64_t>(counts(p)[q]);
+    const uint64_t cap = pub[q].recv_capacity;
     if (incoming <= cap) continue;
     if (r == q) {
       throw_invalid_argument(c.op, r, "recv_capacity",
@@ -482,12 +554,13 @@ void check_a2av_counts(const Call& c, const Published& pub) {
 }
 
 // Zero copy only when every rank passed the same symmetric buffer at the same offset.
-void keep_common_symmetric_buffers(Call& c, const std::vector<Desc>& all) {
-  for (const Desc& d : all) {
+void keep_common_symmetric_buffers(Call& c, const Published& all) {
+  for (int p = 0; p < all.n; ++p) {
+    const Desc& d = all[p];
     if (d.send_alloc < 0 || d.send_alloc != all[0].send_alloc || d.send_off != all[0].send_off)
-      c.send_sym = SymmetricMemory();
+      c.send_sym = SymRange();
     if (d.recv_alloc < 0 || d.recv_alloc != all[0].recv_alloc || d.recv_off != all[0].recv_off)
-      c.recv_sym = SymmetricMemory();
+      c.recv_sym = SymRange();
   }
 }
 
@@ -495,20 +568,20 @@ void keep_common_symmetric_buffers(Call& c, const std::vector<Desc>& all) {
 // may clear c.send_sym / c.recv_sym when the ranks did not all pass the same symmetric buffer.
 // Returns the group's CPU workspace that carried the descriptors (and inline data).
 SymmetricMemory agree(Call& c, uint64_t seq, const LocalError& err) {
-  SymmetricMemory ws = group_workspace(*c.group, Device::cpu(), detail::data_offset(c.world));
+  SymmetricMemory ws = cpu_workspace(*c.group, detail::data_offset(c.world));
   detail::PadSync sync(ws, c.op, c.timeout);
   const Published pub = publish(c, seq, err, sync, ws);
-  check_in_step(c, seq, pub.all);
-  check_rejections(c, err, pub.all);
-  agree_arguments(c, pub.all);  // the row's `agree` column (NOTE [op table])
-  for (size_t p = 0; p < pub.all.size(); ++p)
-    if ((pub.all[p].inline_data != 0) != c.inline_data)
+  check_in_step(c, seq, pub);
+  check_rejections(c, err, pub);
+  agree_arguments(c, pub);  // the row's `agree` column (NOTE [op table])
+  for (int p = 0; p < pub.n; ++p)
+    if ((pub[p].inline_data != 0) != c.inline_data)
       throw_agreed(c.op, c.rank,
                    "rank " + std::to_string(p) +
                        " chose another all_reduce algorithm for the same arguments (do "
                        "SYMMEM_ALGO or the tuning file differ between the ranks?)");
   if (c.kind == OpKind::all_to_all_v) check_a2av_counts(c, pub);
-  keep_common_symmetric_buffers(c, pub.all);
+  keep_common_symmetric_buffers(c, pub);
   return ws;
 }
 
@@ -616,10 +689,10 @@ void run_inline_all_reduce(const Call& c, const OpOptions& o, const SymmetricMem
                            uint64_t seq, detail::TraceScope& trace) {
   if (trace.active())
     trace.start(c.backend->name(), c.device, o.stream, c.count, trace_bytes(c), true);
-  std::vector<const void*> ins(static_cast<size_t>(c.world));
+  auto& ins = c.group->impl()->op_cache.inputs;
+  ins.resize(static_cast<size_t>(c.world));
   for (int p = 0; p < c.world; ++p)
-    ins[static_cast<size_t>(p)] =
-        static_cast<const char*>(ws.ptr(p)) + detail::inline_offset(c.world, seq);
+    ins[static_cast<size_t>(p)] = workspace_part(ws, p) + detail::inline_offset(c.world, seq);
   host::reduce(c.recv, ins.data(), c.world, c.count, c.dtype, c.redop, c.world);
   if (c.algo != Algo::one_shot) trace.set_algo(static_cast<int>(Algo::one_shot));
   if (o.chosen_algo) *o.chosen_algo = Algo::one_shot;
@@ -635,8 +708,9 @@ void run_collective_traced(Call& c, const OpOptions& o, Check& check, detail::Tr
   if (o.device) {
     c.device = *o.device;
   } else {
-    const SymmetricMemory& any = c.holders.of(c.send ? c.send : c.recv);
-    c.device = any.valid() ? any.device() : Device::cpu();
+    const BufferRef& any =
+        c.holders.of(c.group->impl()->op_cache.buffers, c.send ? c.send : c.recv);
+    c.device = any.alloc ? any.alloc->device : Device::cpu();
   }
   LocalError err;
   try {

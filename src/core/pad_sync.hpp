@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "core/abort.hpp"
+#include "core/memory_impl.hpp"
 #include "core/trace.hpp"
 #include "core/wait_report.hpp"
 #include "symmem/backend.hpp"
@@ -100,13 +101,24 @@ class PadSync {
     }
     sync_ch_ = nc - 1;
     sleep_ch_ = nc - 2;
-    pads_.resize(world_);
-    for (int p = 0; p < world_; ++p) pads_[p] = ws.signal_pad(p);
-    deadline_ = SyncClock::now() + timeout_;
+    // A CPU group workspace knows its peers' pads (NOTE [op fast path] in core/ops.cpp).
+    const auto& known = ws.impl()->alloc->peer_pads;
+    if (static_cast<int>(known.size()) == world_ && !ws.impl()->alloc->freed.load()) {
+      pads_ = known.data();
+    } else {
+      own_pads_.resize(world_);
+      for (int p = 0; p < world_; ++p) own_pads_[p] = ws.signal_pad(p);
+      pads_ = own_pads_.data();
+    }
     abort_ = abort_state(ws.group());  // NOTE [group abort]
     static const int cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
     oversubscribed_ = world_ > cpus;
   }
+
+  PadSync(const PadSync&) = delete;  // pads_ may point into own_pads_
+  PadSync& operator=(const PadSync&) = delete;
+  PadSync(PadSync&&) = default;  // a moved vector keeps its buffer
+  PadSync& operator=(PadSync&&) = delete;
 
   int rank() const { return rank_; }
   int world() const { return world_; }
@@ -162,6 +174,10 @@ class PadSync {
     }
     std::atomic_ref<uint32_t> sleeping(
         pads_[rank_][static_cast<size_t>(sleep_ch_) * world_ + rank_]);
+    if (!deadline_set_) {  // the op's deadline starts at its first wait that does not end at once
+      deadline_ = t0 + timeout_;
+      deadline_set_ = true;
+    }
     auto next_liveness = SyncClock::now() + std::chrono::milliseconds(50);
     WaitReport report(std::string(op_) + " (CPU sync of group " + ws_.group().name() + ")",
                       Subsys::COLL, rank_, t0, deadline_, timeout_);
@@ -253,8 +269,10 @@ class PadSync {
     return hint;
   }
   static constexpr std::chrono::microseconds kYieldTime{20000};
-  std::vector<uint32_t*> pads_;
+  uint32_t* const* pads_ = nullptr;  // per peer: its signal pad
+  std::vector<uint32_t*> own_pads_;  // where the workspace did not know them
   SyncClock::time_point deadline_;
+  bool deadline_set_ = false;
 };
 
 }  // namespace symmem::detail

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/memory_impl.hpp"
 #include "core/memory_registry.hpp"
 #include "core/workspace.hpp"
 #include "host_test_util.hpp"
@@ -201,7 +202,14 @@ TEST(HostMemory, FindSymmetricAndWorkspace) {
     EXPECT_FALSE(find_symmetric(g, mine + (1 << 16) - 10, 11).valid());  // runs past the end
     int local = 0;
     EXPECT_FALSE(find_symmetric(g, &local, 4).valid());
-    EXPECT_TRUE(find_symmetric_any(mine + 5).valid());
+    BufferCache cache;  // NOTE [op fast path]: asked twice, answered from the cache the second time
+    for (int i = 0; i < 2; ++i) {
+      BufferRef r = cache.find(mine + 5);
+      ASSERT_TRUE(r.alloc) << i;
+      EXPECT_EQ(r.offset, 5u);
+      EXPECT_EQ(r.alloc->alloc_id, buf.alloc_id());
+      EXPECT_FALSE(cache.find(&local).alloc) << i;
+    }
     EXPECT_NE(describe(v).find("allocation #0"), std::string::npos) << describe(v);
 
     auto ws = group_workspace(g, Device::cpu(), 1000);
@@ -215,6 +223,12 @@ TEST(HostMemory, FindSymmetricAndWorkspace) {
 
     buf.free();
     EXPECT_FALSE(find_symmetric(g, mine + 100, 50).valid());
+    EXPECT_FALSE(cache.find(mine + 5).alloc);  // freed: the cache does not answer from memory
+    auto again = allocate(g, 1 << 16);  // may reuse the address: the cache must see the new one
+    char* again_mine = static_cast<char*>(again.ptr(g.rank()));
+    BufferRef r = cache.find(again_mine + 5);
+    ASSERT_TRUE(r.alloc);
+    EXPECT_EQ(r.alloc->alloc_id, again.alloc_id());
   });
   expect_no_errors(errors);
 }
