@@ -160,16 +160,27 @@ class PadSync {
         __builtin_ia32_pause();
       }
     }
-    while (SyncClock::now() - t0 < kYieldTime) {
-      if (s.load(std::memory_order_acquire) != 0) return consume(s);
-      const auto y0 = SyncClock::now();
-      sched_yield();
-      const auto took = SyncClock::now() - y0;
-      if (s.load(std::memory_order_acquire) != 0) {
-        const bool shared = took >= kSwitchMin && took < kPeerRunMax;
-        if (shared != peer_here.load(std::memory_order_relaxed))
-          peer_here.store(shared, std::memory_order_relaxed);
-        return consume(s);
+    if (oversubscribed_) {
+      // More ranks than cores: the yields are the scheduler's round robin among the ranks of a
+      // core, so each rank runs once per op. The clock is read every 16 yields only (it was
+      // three reads per yield: 12% of an 8-rank 4 KiB all_reduce on 2 cores).
+      for (int i = 0;; ++i) {
+        if (s.load(std::memory_order_acquire) != 0) return consume(s);
+        if ((i & 15) == 15 && SyncClock::now() - t0 >= kYieldTime) break;
+        sched_yield();
+      }
+    } else {
+      while (SyncClock::now() - t0 < kYieldTime) {
+        if (s.load(std::memory_order_acquire) != 0) return consume(s);
+        const auto y0 = SyncClock::now();
+        sched_yield();
+        const auto took = SyncClock::now() - y0;
+        if (s.load(std::memory_order_acquire) != 0) {
+          const bool shared = took >= kSwitchMin && took < kPeerRunMax;
+          if (shared != peer_here.load(std::memory_order_relaxed))
+            peer_here.store(shared, std::memory_order_relaxed);
+          return consume(s);
+        }
       }
     }
     std::atomic_ref<uint32_t> sleeping(

@@ -76,11 +76,14 @@ struct Ctx {
 
 // The built-in table of the host backend (NOTE [tuning file]): bytes per rank up to which `auto`
 // picks one_shot; measured on the development machine (2 cores), see docs/performance.md. With
-// more ranks than cores the ranks cannot run at once, total work decides, and two_shot (n reads
-// per element instead of n * n) wins at every size measured. symmem-tune's file overrides it.
+// more ranks than cores the ranks cannot run at once and every barrier costs each rank a turn
+// of the CPU: the inline one_shot (one barrier, NOTE [inline all-reduce] in core/pad_sync.hpp)
+// wins up to its limit (8 ranks on 2 cores, 5 alternating runs: 4 KiB 22.0 vs 30.2 us, 8 KiB 29.0
+// vs 31.4 us), and above it total work decides: two_shot (n reads per element instead of n * n;
+// 32 KiB 36.0 vs 59.1 us). symmem-tune's file overrides it.
 size_t builtin_one_shot_max_bytes(int world) {
   static const int cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-  if (world > cpus) return 0;
+  if (world > cpus) return detail::kInlineBytes;
   if (world <= 2) return 1 << 20;
   if (world <= 4) return 256 << 10;
   return 64 << 10;
