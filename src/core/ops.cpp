@@ -201,7 +201,8 @@ struct Call {
   int64_t* recv_offsets = nullptr;
   size_t recv_capacity = 0;
   bool recv_counts_known = false;
-  bool inline_data = false;  // NOTE [inline all-reduce] (core/pad_sync.hpp)
+  bool inline_data = false;     // NOTE [inline all-reduce] (core/pad_sync.hpp)
+  bool inline_reduced = false;  // its result is in the workspace (NOTE [arrival barrier])
   SymRange send_sym, recv_sym;
   Device device;
   std::shared_ptr<Backend> backend;
@@ -409,6 +410,7 @@ void fill_desc(Desc& d, const Call& c, uint64_t seq, const LocalError& err) {
 struct Published {
   const void* const* desc;  // per rank: its descriptor slot in the workspace
   int n;
+  bool reduced = false;  // the inline all_reduce's result is in the reduced area (arrive())
   const Desc& operator[](int p) const { return *static_cast<const Desc*>(desc[p]); }
   // counts(p)[q]: p sends to q; counts(p)[n + q]: p expects from q
   const int64_t* counts(int p) const {
@@ -456,6 +458,26 @@ char* workspace_part(const SymmetricMemory& ws, int p) {
   return static_cast<char*>(ws.ptr(p));
 }
 
+// NOTE [arrival barrier]: run by the last rank to arrive. When every rank is in this inline
+// all_reduce with the same arguments, reduces their copies in rank order into `out` (the reduced
+// area) and returns true; else (an error the agreement reports next) returns false.
+template <class InputOf>
+bool reduce_once(const Call& c, uint64_t seq, const Published& pub, char* out, InputOf input_of) {
+  if (!c.inline_data) return false;
+  for (int p = 0; p < pub.n; ++p) {
+    const Desc& d = pub[p];
+    if (d.seq_plus_one != seq + 1 || d.kind != static_cast<int32_t>(c.kind) || !d.ok ||
+        !d.inline_data || d.count != c.count || d.dtype != static_cast<int32_t>(c.dtype) ||
+        d.redop != static_cast<int32_t>(c.redop))
+      return false;
+  }
+  auto& ins = c.group->impl()->op_cache.inputs;
+  ins.resize(static_cast<size_t>(c.world));
+  for (int p = 0; p < c.world; ++p) ins[static_cast<size_t>(p)] = input_of(p);
+  host::reduce(out, ins.data(), c.world, c.count, c.dtype, c.redop, c.world);
+  return true;
+}
+
 // Writes this rank's descriptor, meets the others at one barrier, and points at theirs.
 Published publish(const Call& c, uint64_t seq, const LocalError& err, detail::PadSync& sync,
                   const SymmetricMemory& ws) {
@@ -471,11 +493,36 @@ Published publish(const Call& c, uint64_t seq, const LocalError& err, detail::Pa
     std::memcpy(my_counts, c.send_counts, sizeof(int64_t) * n);
     if (c.recv_counts_known) std::memcpy(my_counts + n, c.recv_counts, sizeof(int64_t) * n);
   }
-  sync.barrier();
   auto& descs = c.group->impl()->op_cache.descs;
   descs.resize(static_cast<size_t>(n));
   for (int p = 0; p < n; ++p) descs[static_cast<size_t>(p)] = base(p) + detail::desc_offset(n, seq);
-  return Published{descs.data(), n};
+  Published pub{descs.data(), n};
+  if (!sync.oversubscribed()) {
+    sync.barrier();
+    return pub;
+  }
+  // NOTE [arrival barrier] (core/pad_sync.hpp): the last to arrive reduces an inline all_reduce
+  // once, into the reduced area of rank 0's part, and the others copy it out.
+  char* arrivals = base(0) + detail::arrivals_offset(n, seq);
+  auto* reduced_flag = reinterpret_cast<uint64_t*>(arrivals + 8);
+  sync.arrive(
+      reinterpret_cast<uint64_t*>(arrivals),
+      [&] {
+        const bool once =
+            reduce_once(c, seq, pub, base(0) + detail::reduced_offset(n, seq),
+                        [&](int p) { return base(p) + detail::inline_offset(n, seq); });
+        std::atomic_ref<uint64_t>(*reduced_flag).store(once ? 1 : 0, std::memory_order_relaxed);
+      },
+      [&] {
+        std::vector<int> missing;
+        for (int p = 0; p < n; ++p)
+          if (std::atomic_ref<uint64_t>(const_cast<uint64_t&>(pub[p].seq_plus_one))
+                  .load(std::memory_order_relaxed) != seq + 1)
+            missing.push_back(p);
+        return missing;
+      });
+  pub.reduced = std::atomic_ref<uint64_t>(*reduced_flag).load(std::memory_order_relaxed) == 1;
+  return pub;
 }
 
 // Out of step: some rank is in another op.
@@ -582,6 +629,7 @@ SymmetricMemory agree(Call& c, uint64_t seq, const LocalError& err) {
                        "SYMMEM_ALGO or the tuning file differ between the ranks?)");
   if (c.kind == OpKind::all_to_all_v) check_a2av_counts(c, pub);
   keep_common_symmetric_buffers(c, pub);
+  c.inline_reduced = pub.reduced;
   return ws;
 }
 
@@ -689,11 +737,16 @@ void run_inline_all_reduce(const Call& c, const OpOptions& o, const SymmetricMem
                            uint64_t seq, detail::TraceScope& trace) {
   if (trace.active())
     trace.start(c.backend->name(), c.device, o.stream, c.count, trace_bytes(c), true);
-  auto& ins = c.group->impl()->op_cache.inputs;
-  ins.resize(static_cast<size_t>(c.world));
-  for (int p = 0; p < c.world; ++p)
-    ins[static_cast<size_t>(p)] = workspace_part(ws, p) + detail::inline_offset(c.world, seq);
-  host::reduce(c.recv, ins.data(), c.world, c.count, c.dtype, c.redop, c.world);
+  if (c.inline_reduced) {  // NOTE [arrival barrier]: the last arriver reduced it
+    std::memcpy(c.recv, workspace_part(ws, 0) + detail::reduced_offset(c.world, seq),
+                c.count * dtype_size(c.dtype));
+  } else {
+    auto& ins = c.group->impl()->op_cache.inputs;
+    ins.resize(static_cast<size_t>(c.world));
+    for (int p = 0; p < c.world; ++p)
+      ins[static_cast<size_t>(p)] = workspace_part(ws, p) + detail::inline_offset(c.world, seq);
+    host::reduce(c.recv, ins.data(), c.world, c.count, c.dtype, c.redop, c.world);
+  }
   if (c.algo != Algo::one_shot) trace.set_algo(static_cast<int>(Algo::one_shot));
   if (o.chosen_algo) *o.chosen_algo = Algo::one_shot;
   trace.completed();

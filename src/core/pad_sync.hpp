@@ -40,6 +40,7 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -81,8 +82,16 @@ inline size_t inline_offset(int world, uint64_t seq) {
 inline size_t counts_offset(int world) {
   return 2 * desc_slot_bytes(world);
 }
+// NOTE [arrival barrier]: in rank 0's part, per op parity, the arrival counter (a cache line) and
+// the flag saying the last arriver reduced the inline all-reduce into the reduced area.
+inline size_t arrivals_offset(int world, uint64_t seq) {
+  return align_up(counts_offset(world) + 8 * static_cast<size_t>(world), 64) + (seq & 1) * 64;
+}
+inline size_t reduced_offset(int world, uint64_t seq) {
+  return arrivals_offset(world, 0) + 128 + (seq & 1) * kInlineBytes;
+}
 inline size_t data_offset(int world) {
-  return align_up(counts_offset(world) + 8 * static_cast<size_t>(world), 4096);
+  return align_up(reduced_offset(world, 1) + kInlineBytes, 4096);
 }
 
 // ---- pad synchronisation ----------------------------------------------------------------------
@@ -123,11 +132,42 @@ class PadSync {
   int rank() const { return rank_; }
   int world() const { return world_; }
   int channel() const { return sync_ch_; }
+  bool oversubscribed() const { return oversubscribed_; }
+
+  // NOTE [arrival barrier]
+  // With more ranks than cores every wait costs the waiter a turn on a CPU, so the agreement's
+  // barrier there is a central one: each rank adds 1 to `counter` (one cache line that all ranks
+  // share), the rank that brings it to world is the last to arrive, and only it signals the
+  // others (slot (sync, peer) of each peer's pad: a rank never signals itself in barrier(), so
+  // that slot is free). Before it signals it resets the counter (the same counter is next used by
+  // op seq + 2, which no rank reaches before every rank has left op seq + 1) and runs
+  // `on_last`. Returns true on the last arriver. `missing()` names the ranks still to arrive, for
+  // wait reports and the timeout message.
+  template <class OnLast, class Missing>
+  bool arrive(uint64_t* counter, OnLast&& on_last, Missing&& missing) {
+    std::atomic_ref<uint64_t> c(*counter);
+    if (c.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint64_t>(world_)) {
+      c.store(0, std::memory_order_relaxed);
+      on_last();
+      for (int k = 1; k < world_; ++k) {
+        const int peer = (rank_ + k) % world_;
+        signal_slot(peer, peer);
+      }
+      return true;
+    }
+    missing_ = missing;
+    wait(rank_);
+    missing_ = nullptr;
+    return false;
+  }
 
   // Raises slot (sync, me) on `peer`'s pad; data written before is visible to the peer after
   // its wait() returns.
-  void signal(int peer) {
-    uint32_t* slot = pads_[peer] + static_cast<size_t>(sync_ch_) * world_ + rank_;
+  void signal(int peer) { signal_slot(peer, rank_); }
+
+  // Raises slot (sync, src) on `peer`'s pad (see signal()).
+  void signal_slot(int peer, int src) {
+    uint32_t* slot = pads_[peer] + static_cast<size_t>(sync_ch_) * world_ + src;
     std::atomic_ref<uint32_t>(*slot).fetch_add(1, std::memory_order_seq_cst);
     uint32_t* sleeping = pads_[peer] + static_cast<size_t>(sleep_ch_) * world_ + peer;
     if (std::atomic_ref<uint32_t>(*sleeping).load(std::memory_order_seq_cst) != 0) {
@@ -203,6 +243,7 @@ class PadSync {
       if (report.due(now)) report_missing(report, src);
       if (now >= deadline_) {
         sleeping.store(0, std::memory_order_seq_cst);
+        if (missing_) throw_arrival_timeout();
         const int global_src = ws_.global_rank(src);
         note_waiting_for(&global_src, 1, true);  // for the flight recorder (core/trace.hpp)
         throw_error(ErrorCode::Timeout, op_, rank_,
@@ -246,6 +287,10 @@ class PadSync {
   // One wait-report line: in a barrier, the peers still awaited whose signal has not come (their
   // slot on this rank's pad is 0); else `src`.
   void report_missing(WaitReport& report, int src) const {
+    if (missing_) {  // arrive(): the ranks that have not arrived
+      const std::vector<int> m = missing_();
+      return report.ranks(m, world_ - static_cast<int>(m.size()), world_);
+    }
     if (barrier_step_ == 0) return report.ranks({src}, -1, -1);
     std::vector<int> missing;
     for (int k = barrier_step_; k < world_; ++k) {
@@ -260,6 +305,22 @@ class PadSync {
 
   static void consume(std::atomic_ref<uint32_t>& s) { s.fetch_sub(1, std::memory_order_acq_rel); }
 
+  [[noreturn]] void throw_arrival_timeout() const {
+    const std::vector<int> m = missing_();
+    std::vector<int> global;
+    std::string names;
+    for (int p : m) {
+      global.push_back(ws_.global_rank(p));
+      names += (names.empty() ? "" : ", ") + std::to_string(p);
+    }
+    note_waiting_for(global.data(), static_cast<int>(global.size()), true);
+    throw_error(ErrorCode::Timeout, op_, rank_,
+                "timed out after " + std::to_string(timeout_.count()) + " ms waiting for rank(s) " +
+                    (names.empty() ? "?" : names) +
+                    " to arrive (the arrival counter of the group workspace; are those ranks "
+                    "still running the same sequence of ops?)");
+  }
+
   SymmetricMemory ws_;
   std::shared_ptr<AbortState> abort_;
   const char* op_;
@@ -269,7 +330,8 @@ class PadSync {
   int sync_ch_ = 0;
   int sleep_ch_ = 0;
   bool oversubscribed_ = false;
-  int barrier_step_ = 0;  // > 0 inside barrier(): the step being waited for
+  int barrier_step_ = 0;                       // > 0 inside barrier(): the step being waited for
+  std::function<std::vector<int>()> missing_;  // set inside arrive()
   static constexpr std::chrono::microseconds kSpinTime{20};
   // NOTE [pad wait backoff]: a sched_yield that took [kSwitchMin, kPeerRunMax) ran someone else
   // briefly; with the awaited signal there afterwards, that was the peer.

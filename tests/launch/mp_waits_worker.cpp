@@ -4,6 +4,8 @@
 //   dup        rank 3 of 4 starts as a second rank 2, so rank 3 never arrives and rank 2 is
 //              claimed twice.
 //   barrier    after a first barrier, rank 1 enters the second one 3 s after the others.
+//   absent_op  after a first barrier, ranks 0 and 2 run a 4-float all_reduce with a 1.5 s
+//              timeout that rank 1 never joins (it waits 3 s and leaves).
 //   exit       the store is hosted by rank 0 (SYMMEM_STORE removed); rank 1 keeps its group 3 s
 //              longer, so rank 0 waits at exit for it to check out.
 // Each rank prints "RESULT rank=R code=<ErrorCode or OK> ms=<since start> what=<message>" and
@@ -64,6 +66,16 @@ int main(int argc, char** argv) {
       symmem::barrier(g);  // sets up the group's CPU workspace on every rank
       if (g.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(3));
       symmem::barrier(g);
+    } else if (mode == "absent_op") {
+      symmem::barrier(g);
+      if (g.rank() == 1) {
+        std::this_thread::sleep_for(std::chrono::seconds(3));
+      } else {
+        float x[4] = {1, 2, 3, 4}, y[4];
+        symmem::OpOptions o;
+        o.timeout = symmem::Millis(1500);
+        symmem::all_reduce(x, y, 4, symmem::DType::f32, symmem::ReduceOp::sum, g, o);
+      }
     } else if (mode == "exit") {
       if (g.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(3));
     }

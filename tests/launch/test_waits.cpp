@@ -109,6 +109,34 @@ TEST(WaitReport, CpuBarrierNamesTheLateRank) {
   for (const auto& [rank, o] : j.results) EXPECT_EQ(o.code, "OK") << rank << ": " << o.what;
 }
 
+TEST(WaitReport, CollectiveTimeoutNamesTheAbsentRank) {
+  // 3 ranks: with more ranks than cores the agreement waits at the arrival counter (NOTE
+  // [arrival barrier] in core/pad_sync.hpp), else at rank 1's pad slot; both name rank 1.
+  Job j = run_job(3, {"absent_op"}, {"SYMMEM_TIMEOUT_MS=30000", "SYMMEM_WAIT_REPORT_S=1"});
+  for (int rank : {0, 2}) {
+    auto it = j.results.find(rank);
+    ASSERT_NE(it, j.results.end()) << dump(j);
+    EXPECT_EQ(it->second.code, "Timeout") << it->second.what;
+    EXPECT_TRUE(contains(it->second.what, "all_reduce: rank " + std::to_string(rank)))
+        << it->second.what;
+    EXPECT_TRUE(
+        contains(it->second.what, "timed out after 1500 ms waiting for rank(s) 1 to arrive") ||
+        contains(it->second.what, "timed out after 1500 ms waiting for rank 1 "))
+        << it->second.what;
+    EXPECT_GE(it->second.ms, 1400) << it->second.what;
+    int about = 0;
+    for (const auto& l : j.warns[rank])
+      if (contains(l, "all_reduce (CPU sync of group g0): rank " + std::to_string(rank) +
+                          " has waited ") &&
+          contains(l, " for rank 1 (2 of 3 arrived); "))
+        ++about;
+    EXPECT_GE(about, 1) << "rank " << rank << ":\n" << dump(j);
+  }
+  auto one = j.results.find(1);
+  ASSERT_NE(one, j.results.end()) << dump(j);
+  EXPECT_EQ(one->second.code, "OK") << one->second.what;
+}
+
 TEST(WaitReport, ExitWaitNamesRanksNotCheckedOut) {
   Job j = run_job(2, {"exit"}, {"SYMMEM_TIMEOUT_MS=30000", "SYMMEM_WAIT_REPORT_S=1"});
   EXPECT_EQ(j.run.rc, 0) << dump(j);
