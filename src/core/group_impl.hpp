@@ -78,7 +78,9 @@ struct Group::Impl {
   // next one. Only the thread that holds busy_op touches these.
   struct OpCache {
     BufferCache buffers;
-    std::weak_ptr<SymmetricMemory::Impl> cpu_workspace;  // the agreement's last workspace
+    // The agreement's last CPU workspace. Held strongly: a workspace's allocation does not own
+    // its group, so this makes no cycle; declared last in Impl, it goes first.
+    SymmetricMemory cpu_workspace;
     uint64_t cpu_workspace_generation = 0;
     std::vector<const void*> descs;   // per rank: its descriptor of the op being agreed
     std::vector<const void*> inputs;  // per rank: scratch of the inline all-reduce

@@ -329,6 +329,20 @@ void resolve_backend_for(Call& c, const std::optional<Device>& requested) {
   }
 }
 
+// SYMMEM_ALGO as an Algo, parsed again only when the environment cache is reset (the setting
+// itself is read once per thread, NOTE [op fast path]).
+Algo forced_algo() {
+  thread_local uint64_t stamp = 0;  // env::cache_generation() + 1 when `algo` is current
+  thread_local Algo algo = Algo::automatic;
+  const uint64_t want = env::cache_generation() + 1;
+  if (stamp != want) {
+    const std::string forced = env::algo();
+    algo = forced == "auto" ? Algo::automatic : parse_algo(forced, "SYMMEM_ALGO");
+    stamp = want;
+  }
+  return algo;
+}
+
 // group_workspace(group, cpu, bytes), remembered for the next op (NOTE [op fast path]): the
 // group's last CPU workspace while group_workspace() has not replaced it, it is not freed and it
 // is large enough.
@@ -336,16 +350,13 @@ SymmetricMemory cpu_workspace(const Group& group, size_t bytes) {
   Group::Impl& g = *group.impl();
   auto& cache = g.op_cache;
   const uint64_t gen = g.workspace_generation.load(std::memory_order_acquire);
-  if (cache.cpu_workspace_generation == gen) {
-    if (auto impl = cache.cpu_workspace.lock()) {
-      if (!impl->alloc->freed.load(std::memory_order_acquire) && impl->length >= bytes)
-        return SymmetricMemory(std::move(impl));
-    }
-  }
-  SymmetricMemory ws = group_workspace(group, Device::cpu(), bytes);
-  cache.cpu_workspace = ws.impl();
+  const auto& impl = cache.cpu_workspace.impl();
+  if (cache.cpu_workspace_generation == gen && impl &&
+      !impl->alloc->freed.load(std::memory_order_acquire) && impl->length >= bytes)
+    return cache.cpu_workspace;
+  cache.cpu_workspace = group_workspace(group, Device::cpu(), bytes);
   cache.cpu_workspace_generation = gen;  // read before: a replacement since makes it stale
-  return ws;
+  return cache.cpu_workspace;
 }
 
 OpArgs make_args(const Call& c, const OpOptions& o) {
@@ -776,10 +787,7 @@ void run_collective_traced(Call& c, const OpOptions& o, Check& check, detail::Tr
     err.message = f.error.what();
   }
   const bool agreement = c.world > 1 && !c.device.is_cuda();
-  if (c.info.must_agree(op_table::algo) && c.algo == Algo::automatic) {
-    std::string forced = env::algo();
-    if (forced != "auto") c.algo = parse_algo(forced, "SYMMEM_ALGO");
-  }
+  if (c.info.must_agree(op_table::algo) && c.algo == Algo::automatic) c.algo = forced_algo();
   c.inline_data = agreement && !err.set() && inline_all_reduce(c);
   const uint64_t seq = agreement ? next_seq(*c.group) : 0;
   SymmetricMemory ws;

@@ -32,6 +32,10 @@ const DTypeInfo* dtype_table() noexcept {
   return kTable;
 }
 const DTypeInfo* find_dtype(DType t) noexcept {
+  // The rows are declared in value order (0, 1, ...), so the value is the row's index; the scan
+  // is for a table that ever stops being so.
+  const auto i = static_cast<size_t>(t);
+  if (i < kTableSize && kTable[i].dtype == t) return &kTable[i];
   for (const auto& row : kTable)
     if (row.dtype == t) return &row;
   return nullptr;
