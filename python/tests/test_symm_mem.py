@@ -2,7 +2,7 @@
 tensors (the host backend). The cases follow what torch's own symmetric-memory tests check:
 rendezvous and the handle, get_buffer / get_signal_pad with sizes, dtype and offset,
 barrier / put_signal / wait_signal, one- and two-shot all-reduce over dtypes and offsets,
-reduce_scatter_out, all_to_all_vdev, subgroups. Written against the names of
+reduce_scatter_out, all_to_all_vdev and the 2-D (MoE) forms, subgroups. Written against the names of
 torch.distributed._symmetric_memory: only the import line differs."""
 
 import ctypes
@@ -348,6 +348,88 @@ def test_all_to_all_vdev(row, dtype):
                 for j in range(row)]
         got = out.reshape(-1)[int(out_so[1, src]) * row:][:len(want)]
         assert torch.equal(got, cast(torch.tensor(want, dtype=torch.int64)))
+
+
+# ---- all_to_all_vdev_2d and _2d_offset (MoE dispatch and combine) --------------------------------
+def _layout_2d(got, align):
+    """torch's expert-major offsets: got[s][e] rows from rank s for expert e."""
+    w, ne = got.shape
+    offsets, start = {}, 0
+    for e in range(ne):
+        pos = start
+        for s in range(w):
+            offsets[e, s] = pos
+            pos += int(got[s, e])
+        start += max(-(-(pos - start) // align) * align, align)
+    return offsets
+
+
+@pytest.mark.parametrize("ne,row,align", [(1, 1, None), (3, 2, None), (2, 3, 4)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.uint8])
+def test_all_to_all_vdev_2d_round_trip(ne, row, align, dtype):
+    w, r = world_size(), rank()
+    gen = torch.Generator().manual_seed(99 + ne)
+    splits = torch.randint(0, 5, (w, w * ne), generator=gen)  # [src][d * ne + e], rows
+    splits[0, :] = 0  # rank 0 sends nothing
+    if ne > 1:
+        splits[:, ::ne] = 0  # expert 0 of every rank gets nothing: an empty block
+    shape = (lambda n: (n, row) if row > 1 else (n,))
+    n_in = int(splits.sum(1).max()) + 1
+    n_out = int(splits.sum(0).max()) * 1 + ne * (align or 1) * 2 + w * ne * 8
+    inp = symm_mem.empty(*shape(n_in), dtype=dtype, device=DEVICE)
+    out = symm_mem.empty(*shape(n_out), dtype=dtype, device=DEVICE)
+    back = symm_mem.empty(*shape(n_in), dtype=dtype, device=DEVICE)
+    in_splits = symm_mem.empty(w * ne, dtype=torch.int64, device=DEVICE)
+    out_so = symm_mem.empty((2, w * ne), dtype=torch.int64, device=DEVICE)
+    back_so = symm_mem.empty((2, w * ne), dtype=torch.int64, device=DEVICE)
+    vals = (torch.arange(inp.numel()) * 7 + r * 1000) % 251
+    inp.copy_(vals.to(dtype).view(inp.shape))
+    in_splits.copy_(splits[r])
+    out.fill_(0)
+    torch.ops.symm_mem.all_to_all_vdev_2d(inp, out, in_splits, out_so, group_name(), align)
+    got = splits[:, r * ne:(r + 1) * ne]  # [s][e]
+    want_off = _layout_2d(got, align or 1)
+    for e in range(ne):
+        for s in range(w):
+            k = e * w + s
+            n = int(got[s, e])
+            assert int(out_so[0, k]) == n, (e, s)
+            assert int(out_so[1, k]) == want_off[e, s], (e, s)
+            first = int(splits[s, :r * ne + e].sum())  # rows s sent before this expert's
+            src_vals = (torch.arange((first) * row, (first + n) * row) * 7 + s * 1000) % 251
+            o = want_off[e, s] * row
+            assert torch.equal(out.reshape(-1)[o:o + n * row], src_vals.to(dtype)), (e, s)
+    # The way back: the experts' blocks return to their ranks, packed rank-major, which is
+    # exactly what each rank sent.
+    back.fill_(0)
+    torch.ops.symm_mem.all_to_all_vdev_2d_offset(out, back, out_so, back_so, group_name())
+    sent = int(splits[r].sum())
+    assert torch.equal(back.reshape(-1)[:sent * row], inp.reshape(-1)[:sent * row])
+    assert back_so[0].tolist() == splits[r].tolist()
+    assert back_so[1].tolist() == (torch.cumsum(splits[r], 0) - splits[r]).tolist()
+
+
+def test_all_to_all_vdev_2d_bad_input():
+    w = world_size()
+    inp = symm_mem.empty(16, dtype=torch.float32, device=DEVICE)
+    out = symm_mem.empty(16, dtype=torch.float32, device=DEVICE)
+    so = torch.zeros((2, w), dtype=torch.int64)
+    with pytest.raises(symmem.InvalidArgument, match="in_splits.*multiple of the world size"):
+        torch.ops.symm_mem.all_to_all_vdev_2d(inp, out, torch.zeros(w + 1, dtype=torch.int64),
+                                              so, group_name())
+    with pytest.raises(symmem.InvalidArgument, match="major_align.*positive"):
+        torch.ops.symm_mem.all_to_all_vdev_2d(inp, out, torch.zeros(w, dtype=torch.int64), so,
+                                              group_name(), 0)
+    with pytest.raises(symmem.InvalidArgument, match="out_splits_offsets.*int64 of shape"):
+        torch.ops.symm_mem.all_to_all_vdev_2d(inp, out, torch.zeros(w, dtype=torch.int64),
+                                              torch.zeros((2, w), dtype=torch.int32), group_name())
+    # A layout larger than `out` fails on the rank that receives it, before any data moves;
+    # the others then fail in the data exchange (agreement), so every rank raises.
+    with pytest.raises(symmem.InvalidArgument):
+        torch.ops.symm_mem.all_to_all_vdev_2d(inp, out[:1],
+                                              torch.full((w,), 2, dtype=torch.int64), so,
+                                              group_name())
+    symm_mem.rendezvous(inp, group_name()).barrier()
 
 
 # ---- one-sided and byte-moving ops ---------------------------------------------------------------

@@ -574,6 +574,147 @@ def all_to_all_vdev(input, out, in_splits, out_splits_offsets, group_name):
     out_splits_offsets[1].copy_(recv_offsets // row)
 
 
+def _rows_of(fn, input, out, rank):
+    """Elements per row (dim 0) of input, which out must share."""
+    row = input[0].numel() if input.dim() > 1 and input.shape[0] else 1
+    if input.dtype != out.dtype:
+        raise _invalid(fn, "out", f"has dtype {out.dtype} but 'input' has {input.dtype}", rank)
+    if out.dim() > 1 and out.shape[0] and out[0].numel() != row:
+        raise _invalid(fn, "out", f"has rows of {out[0].numel()} elements but 'input' has rows "
+                       f"of {row}", rank)
+    return row
+
+
+def _int64_shape(fn, arg, t, shape, rank):
+    if t.dtype != torch.int64 or tuple(t.shape) != tuple(shape):
+        raise _invalid(fn, arg, f"must be int64 of shape {tuple(shape)}; got {t.dtype} of shape "
+                       f"{tuple(t.shape)}", rank)
+
+
+def _exchange_splits(send, g):
+    """send[d * k: (d + 1) * k] go to rank d; returns what every rank sent here, in rank order."""
+    recv = torch.empty_like(send)
+    _symmem.all_to_all(_src(send.contiguous(), g), recv, group=g)
+    return recv
+
+
+def all_to_all_vdev_2d(input, out, in_splits, out_splits_offsets, group_name, major_align=None):
+    """MoE dispatch as torch's op: in_splits[d * ne + e] rows of `input` (packed in that order)
+    go to local expert e of rank d; `out` holds them expert-major (expert e of this rank: the
+    rows from rank 0, 1, ...), each expert's block starting at a multiple of major_align (an empty
+    block still takes major_align rows, as torch's does). out_splits_offsets[0][e * w + s] and
+    [1][e * w + s] are the rows from rank s for expert e and where they start."""
+    fn = "all_to_all_vdev_2d"
+    g = _group(group_name, fn)
+    w, r = g.world_size, g.rank
+    row = _rows_of(fn, input, out, r)
+    if in_splits.numel() == 0 or in_splits.numel() % w:
+        raise _invalid(fn, "in_splits", f"has {in_splits.numel()} entries, not a positive "
+                       f"multiple of the world size {w} (ranks x experts per rank)", r)
+    ne = in_splits.numel() // w
+    _int64_shape(fn, "in_splits", in_splits.reshape(-1), (w * ne,), r)
+    _int64_shape(fn, "out_splits_offsets", out_splits_offsets, (2, w * ne), r)
+    align = 1 if major_align is None else int(major_align)
+    if align <= 0:
+        raise _invalid(fn, "major_align", f"= {align}; it must be positive", r)
+    splits = in_splits.reshape(-1).to("cpu")
+    if bool((splits < 0).any()):
+        raise _invalid(fn, "in_splits", f"has a negative split: {splits.tolist()}", r)
+    need = int(splits.sum())
+    rows_in = input.shape[0] if input.dim() else 1
+    if rows_in < need:
+        raise _invalid(fn, "input", f"has {rows_in} rows; in_splits sends {need}", r)
+    got = _exchange_splits(splits, g).view(w, ne)  # got[s][e]: rows from s for expert e
+    # Expert-major output offsets, torch's rule: block e starts where block e - 1's aligned
+    # length ends; within a block, the ranks' rows follow in rank order.
+    offsets = torch.empty(ne, w, dtype=torch.int64)
+    start = 0
+    for e in range(ne):
+        pos = start
+        for s in range(w):
+            offsets[e, s] = pos
+            pos += int(got[s, e])
+        total = pos - start
+        start += max((total + align - 1) // align * align, align)
+    # The data: rank-major all_to_all_v into a staging tensor, then each piece to its place.
+    flat_in = input.reshape(-1)[:need * row]
+    counts = splits.view(w, ne).sum(1) * row
+    stage = torch.empty(int(got.sum()) * row, dtype=input.dtype, device=input.device)
+    recv_counts = torch.empty(w, dtype=torch.int64, device=input.device)
+    recv_offsets = torch.empty(w, dtype=torch.int64, device=input.device)
+    _symmem.all_to_all_v(_src(flat_in.contiguous(), g),
+                         _src(counts.to(input.device), g), stage, recv_counts, recv_offsets,
+                         group=g)
+    # Checked after the exchanges, so that a rank whose `out` is too small does not leave the
+    # others waiting in them.
+    cap = out.shape[0] if out.dim() else 1
+    end = max((int(offsets[e, s]) + int(got[s, e]) for e in range(ne) for s in range(w)),
+              default=0)
+    if cap < end:
+        raise _invalid(fn, "out", f"has {cap} rows; the layout needs {end}", r)
+    dst = _Dst(out, g)
+    flat_out = dst.w.reshape(-1)
+    src_at = recv_offsets.to("cpu").tolist()
+    for s in range(w):
+        pos = src_at[s]
+        for e in range(ne):
+            n = int(got[s, e]) * row
+            o = int(offsets[e, s]) * row
+            flat_out[o:o + n].copy_(stage[pos:pos + n])
+            pos += n
+    dst.done()
+    out_splits_offsets[0].copy_(got.t().reshape(-1))
+    out_splits_offsets[1].copy_(offsets.reshape(-1))
+
+
+def all_to_all_vdev_2d_offset(input, out, in_splits_offsets, out_splits_offsets, group_name):
+    """MoE combine as torch's op, the way back of all_to_all_vdev_2d: in_splits_offsets[0][e * w
+    + d] rows of `input` starting at row in_splits_offsets[1][e * w + d] (padding between blocks
+    is allowed and not sent) go back from local expert e to rank d; `out` holds them rank-major
+    (from rank 0's experts 0, 1, ..., then rank 1's), packed. out_splits_offsets[0][s * ne + e] and
+    [1][s * ne + e] are the rows from expert e of rank s and where they start."""
+    fn = "all_to_all_vdev_2d_offset"
+    g = _group(group_name, fn)
+    w, r = g.world_size, g.rank
+    row = _rows_of(fn, input, out, r)
+    if in_splits_offsets.dim() != 2 or in_splits_offsets.shape[0] != 2 or \
+            in_splits_offsets.shape[1] == 0 or in_splits_offsets.shape[1] % w:
+        raise _invalid(fn, "in_splits_offsets", f"must have shape (2, experts per rank x {w}); "
+                       f"got {tuple(in_splits_offsets.shape)}", r)
+    ne = in_splits_offsets.shape[1] // w
+    _int64_shape(fn, "in_splits_offsets", in_splits_offsets, (2, ne * w), r)
+    _int64_shape(fn, "out_splits_offsets", out_splits_offsets, (2, w * ne), r)
+    so = in_splits_offsets.to("cpu")
+    splits, starts = so[0].view(ne, w), so[1].view(ne, w)  # [e][d]
+    if bool((splits < 0).any()) or bool((starts < 0).any()):
+        raise _invalid(fn, "in_splits_offsets", f"has a negative split or offset: {so.tolist()}",
+                       r)
+    rows_in = input.shape[0] if input.dim() else 1
+    ends = starts + splits
+    if splits.numel() and int(ends.max()) > rows_in:
+        raise _invalid(fn, "input", f"has {rows_in} rows; in_splits_offsets reaches row "
+                       f"{int(ends.max())}", r)
+    got = _exchange_splits(splits.t().contiguous().reshape(-1), g).view(w, ne)  # [s][e]
+    # Pack what goes to each rank (its experts' rows in expert order), then one all_to_all_v
+    # lands it rank-major and packed, which is the output layout (a too small `out` fails there,
+    # on every rank: its capacity is the op's recv_capacity).
+    flat_in = input.reshape(-1)
+    pieces = [flat_in[int(starts[e, d]) * row:int(ends[e, d]) * row]
+              for d in range(w) for e in range(ne)]
+    send = torch.cat(pieces) if pieces else flat_in[:0]
+    counts = splits.sum(0) * row  # per destination rank
+    recv_counts = torch.empty(w, dtype=torch.int64, device=input.device)
+    recv_offsets = torch.empty(w, dtype=torch.int64, device=input.device)
+    dst = _Dst(out, g)
+    flat_out = dst.w.reshape(-1)
+    _symmem.all_to_all_v(_src(send.contiguous(), g), _src(counts.to(input.device), g),
+                         flat_out, recv_counts, recv_offsets, group=g)
+    dst.done()
+    sizes = got.reshape(-1)
+    out_splits_offsets[0].copy_(sizes)
+    out_splits_offsets[1].copy_(torch.cumsum(sizes, 0) - sizes)
+
+
 def _require_symmetric(tensor, fn):
     if _memory(tensor) is None:
         raise _invalid(fn, "tensor", "is not in symmetric memory (symm_mem.empty())")
@@ -640,6 +781,13 @@ _OPS = {
     "all_to_all_vdev": (all_to_all_vdev,
                         "(Tensor input, Tensor(a!) out, Tensor in_splits, "
                         "Tensor(a!) out_splits_offsets, str group_name) -> ()"),
+    "all_to_all_vdev_2d": (all_to_all_vdev_2d,
+                           "(Tensor input, Tensor(a!) out, Tensor in_splits, "
+                           "Tensor(a!) out_splits_offsets, str group_name, "
+                           "int? major_align=None) -> ()"),
+    "all_to_all_vdev_2d_offset": (all_to_all_vdev_2d_offset,
+                                  "(Tensor input, Tensor(a!) out, Tensor in_splits_offsets, "
+                                  "Tensor(a!) out_splits_offsets, str group_name) -> ()"),
     "nvshmem_put": (nvshmem_put, "(Tensor(a!) tensor, int peer) -> ()"),
     "nvshmem_get": (nvshmem_get, "(Tensor(a!) tensor, int peer) -> ()"),
     "nccl_put": (nvshmem_put, "(Tensor(a!) tensor, int peer) -> ()"),
