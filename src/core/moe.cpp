@@ -17,7 +17,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "symmem/error.hpp"
 
@@ -38,6 +40,16 @@ struct MoeLayout::Impl {
   std::vector<int64_t> expert_counts;
   std::vector<size_t> expert_offset;
   size_t rows = 0;
+  // What moe_combine needs of the layout, worked out by its first call and kept (the layout
+  // does not change): per source rank, the rows of recv_x that go back to it, in order; per
+  // rank, the rows it sends back here; per (token, slot), its row in what comes back (-1: none).
+  struct CombinePlan {
+    std::vector<std::vector<size_t>> by_source;
+    std::vector<int64_t> back_count;
+    std::vector<int64_t> slot_row;
+  };
+  mutable std::once_flag combine_once;
+  mutable CombinePlan combine;
 };
 
 MoeLayout::MoeLayout() = default;
@@ -355,16 +367,40 @@ MoeLayout moe_layout_restore(const void* topk_idx, DType idx_dtype, size_t token
 
 namespace {
 
-// The rows this rank gets back from rank r in combine: (token, slot) in r's send order.
+// The rows this rank gets back from rank r in combine: (token, slot) in r's send order, i.e. by
+// r's local expert, then token, then slot. One pass over r's tokens, bucketed by expert.
 std::vector<std::pair<size_t, size_t>> back_rows(const MoeLayout::Impl& l, int r) {
-  std::vector<std::pair<size_t, size_t>> out;
   const size_t k = static_cast<size_t>(l.k);
   const int64_t first = static_cast<int64_t>(r) * l.local;
-  for (int e = 0; e < l.local; ++e)
-    for (size_t t : l.send_tokens[static_cast<size_t>(r)])
-      for (size_t j = 0; j < k; ++j)
-        if (l.topk[t * k + j] == first + e) out.emplace_back(t, j);
+  std::vector<std::vector<std::pair<size_t, size_t>>> by_expert(static_cast<size_t>(l.local));
+  for (size_t t : l.send_tokens[static_cast<size_t>(r)])
+    for (size_t j = 0; j < k; ++j) {
+      const int64_t e = l.topk[t * k + j] - first;
+      if (e >= 0 && e < l.local) by_expert[static_cast<size_t>(e)].emplace_back(t, j);
+    }
+  std::vector<std::pair<size_t, size_t>> out;
+  for (auto& rows : by_expert) out.insert(out.end(), rows.begin(), rows.end());
   return out;
+}
+
+const MoeLayout::Impl::CombinePlan& combine_plan(const MoeLayout::Impl& l) {
+  std::call_once(l.combine_once, [&] {
+    auto& p = l.combine;
+    const auto world = static_cast<size_t>(l.world);
+    const size_t k = static_cast<size_t>(l.k);
+    p.by_source.assign(world, {});
+    for (size_t i = 0; i < l.rows; ++i)
+      if (l.row_token[i] >= 0) p.by_source[static_cast<size_t>(l.row_source[3 * i])].push_back(i);
+    p.back_count.assign(world, 0);
+    p.slot_row.assign(l.tokens * k, -1);
+    int64_t n = 0;
+    for (size_t r = 0; r < world; ++r) {
+      const auto back = back_rows(l, static_cast<int>(r));
+      p.back_count[r] = static_cast<int64_t>(back.size());
+      for (auto [t, j] : back) p.slot_row[t * k + j] = n++;
+    }
+  });
+  return l.combine;
 }
 
 }  // namespace
@@ -445,9 +481,8 @@ void moe_combine(const MoeLayout& layout, const void* y, DType dtype, size_t hid
   Scratch& buf = scratch();
   std::vector<uint8_t>&send = buf.send, &recv = buf.recv;
   std::vector<int64_t> send_bytes(world, 0), recv_bytes(world);
-  std::vector<std::vector<size_t>> by_source(world);
-  for (size_t i = 0; i < l.rows; ++i)
-    if (l.row_token[i] >= 0) by_source[static_cast<size_t>(l.row_source[3 * i])].push_back(i);
+  const auto& plan = combine_plan(l);
+  const auto& by_source = plan.by_source;
   for (size_t s = 0; s < world; ++s) {
     for (size_t i : by_source[s]) {
       const auto* row = static_cast<const uint8_t*>(y) + i * row_bytes;
@@ -455,14 +490,9 @@ void moe_combine(const MoeLayout& layout, const void* y, DType dtype, size_t hid
     }
     send_bytes[s] = static_cast<int64_t>(by_source[s].size() * row_bytes);
   }
-  std::vector<std::vector<std::pair<size_t, size_t>>> back(world);
-  std::vector<int64_t> slot_row(l.tokens * k, -1);  // (t, j) -> row in recv
-  size_t n = 0;
-  for (size_t r = 0; r < world; ++r) {
-    back[r] = back_rows(l, static_cast<int>(r));
-    recv_bytes[r] = static_cast<int64_t>(back[r].size() * row_bytes);
-    for (auto [t, j] : back[r]) slot_row[t * k + j] = static_cast<int64_t>(n++);
-  }
+  for (size_t r = 0; r < world; ++r)
+    recv_bytes[r] = plan.back_count[r] * static_cast<int64_t>(row_bytes);
+  const std::vector<int64_t>& slot_row = plan.slot_row;  // (t, j) -> row in recv
   exchange(send, send_bytes, recv, recv_bytes, l.group, options);
   std::vector<float> acc(hidden), row_f32(hidden);
   for (size_t t = 0; t < l.tokens; ++t) {
