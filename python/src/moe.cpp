@@ -114,6 +114,14 @@ void bind_moe(nb::module_& m) {
           nb::sig("def row_source(self) -> list[tuple[int, int, int]]"),
           "(rank, token, slot) of each row of recv_x; (-1, -1, -1) for the unwritten rows of "
           "low_latency.")
+      .def(
+          "row_source_bytes",
+          [](const MoeLayout& l) {
+            const auto& s = l.row_source();
+            return nb::bytes(reinterpret_cast<const char*>(s.data()), s.size() * sizeof(s[0]));
+          },
+          "row_source as the bytes of an int64 [rows, 3] array in native byte order: what "
+          "torch.frombuffer or numpy.frombuffer read without a Python object per row.")
       .def("expert_offset", &MoeLayout::expert_offset, "e"_a,
            "The row of recv_x where local expert e begins.")
       .def(

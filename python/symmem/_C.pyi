@@ -629,6 +629,11 @@ class MoeLayout:
         (rank, token, slot) of each row of recv_x; (-1, -1, -1) for the unwritten rows of low_latency.
         """
 
+    def row_source_bytes(self) -> bytes:
+        """
+        row_source as the bytes of an int64 [rows, 3] array in native byte order: what torch.frombuffer or numpy.frombuffer read without a Python object per row.
+        """
+
     def expert_offset(self, e: int) -> int:
         """The row of recv_x where local expert e begins."""
 

@@ -243,3 +243,32 @@ def test_bf16_combine(g):
             acc = acc + wts[tt, j] * yr.float()
         want[tt] = acc
     assert torch.equal(out, want.to(torch.bfloat16))
+
+
+def test_torch_ops_with_a_rank_without_tokens(g):
+    """symmem.torch.moe_dispatch / moe_combine (the torch custom ops) against the same
+    reference, rank 0 with no tokens; the handle's row_source is the layout's."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    import symmem.torch as st
+
+    w, me = g.world_size, g.rank
+    local, k, h = 3, min(3, 2 * w), 16
+    tokens = [0] + [5 + r for r in range(1, w)]
+    idx_all = routing("dropped", w, tokens, k, local * w, seed=5)
+    idx, t = idx_all[me], tokens[me]
+    x = tokens_of(me, t, h)
+    recv_x, counts, handle = st.moe_dispatch(torch.from_numpy(x), torch.from_numpy(idx),
+                                             local * w)
+    rows = expected_rows(idx_all, me, local)
+    assert handle.row_source.shape == (len(rows), 3)
+    assert [tuple(r) for r in handle.row_source.tolist()] == rows
+    assert counts.tolist() == [sum(1 for (s, tt, j) in rows if idx_all[s][tt, j] == me * local + e)
+                               for e in range(local)]
+    y = torch.zeros_like(recv_x)
+    for i, (s, tt, j) in enumerate(rows):
+        assert np.array_equal(recv_x[i].numpy(), tokens_of(s, tokens[s], h)[tt])
+        y[i] = torch.from_numpy(expert_fn(recv_x[i].numpy(), idx_all[s][tt, j]))
+    wts = weights_of(me, t, k)
+    out = st.moe_combine(y, handle, torch.from_numpy(wts))
+    assert out.shape == (t, h)
+    assert np.array_equal(out.numpy(), expected_combine(idx, x, wts))  # bitwise

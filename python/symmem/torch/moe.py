@@ -69,8 +69,9 @@ def _dispatch(x, topk_idx, num_experts, group="", max_tokens=0, x_scales=None):
     _symmem.moe_dispatch(x, layout, recv_x, x_scales=x_scales,
                          recv_scales=recv_scales if x_scales is not None else None)
     counts = torch.tensor(layout.expert_counts, dtype=torch.int64, device=x.device)
-    source = torch.tensor(layout.row_source, dtype=torch.int64,
-                          device=x.device).reshape(rows, 3)
+    raw = layout.row_source_bytes()  # torch.frombuffer refuses an empty buffer
+    source = (torch.frombuffer(bytearray(raw), dtype=torch.int64) if raw else
+              torch.empty(0, dtype=torch.int64)).reshape(rows, 3).to(x.device)
     return recv_x, counts, source, recv_scales
 
 
