@@ -519,9 +519,13 @@ Published publish(const Call& c, uint64_t seq, const LocalError& err, detail::Pa
   sync.arrive(
       reinterpret_cast<uint64_t*>(arrivals),
       [&] {
-        const bool once =
-            reduce_once(c, seq, pub, base(0) + detail::reduced_offset(n, seq),
-                        [&](int p) { return base(p) + detail::inline_offset(n, seq); });
+        bool once = false;
+        try {  // the others wait for this rank's signal: nothing may stop it
+          once = reduce_once(c, seq, pub, base(0) + detail::reduced_offset(n, seq),
+                             [&](int p) { return base(p) + detail::inline_offset(n, seq); });
+        } catch (...) {
+          once = false;  // each rank then reduces for itself, and meets the same error
+        }
         std::atomic_ref<uint64_t>(*reduced_flag).store(once ? 1 : 0, std::memory_order_relaxed);
       },
       [&] {
