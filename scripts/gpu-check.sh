@@ -12,7 +12,7 @@
 # the others. Exit status: 0 when every step passed, 1 otherwise.
 # Knobs: GPU_CHECK_BUILD_DIR (default build-gpu), GPU_CHECK_BUDGET_S, GPU_CHECK_JOBS (16),
 # GPU_CHECK_SKIP (space-separated step-name prefixes to skip, e.g. "ctest_gpu_other bench_").
-# Order: configure, build, MPS, ctest_gpu_cuda, example, ctest_gpu_other, one rank per GPU,
+# Order: configure, build, MPS, ctest_gpu_cuda, example, ctest_gpu_suite, ctest_gpu_other, one rank per GPU,
 # torch_compare, symmem-bench (the budget cuts from the end).
 set -u -o pipefail
 
@@ -187,8 +187,14 @@ if [ -d "$BUILD" ]; then
       run_step example_device_kernel 60 env SYMMEM_ALLOW_SHARED_GPU=1 SYMMEM_BACKEND=cuda \
       SYMMEM_TIMEOUT_MS=30000 "$SYMMEM_RUN" -n 2 -- "$EXAMPLE"
   fi
+  # The backend-independent op suite (tests/ops/test_ops_mp.cpp, NOTE [backend suites]) on cuda,
+  # nvshmem and nccl with 2 and 4 ranks: the cases the host backend passes in CI, in GPU memory.
+  SUITE_TESTS='^ops_suite_'
+  STEP_DETAIL="the op suite of CI on the GPU backends (ops_suite_{cuda,nvshmem,nccl}_np{2,4})" \
+    run_step ctest_gpu_suite 300 bash -c "cd '$BUILD' && ctest -L gpu -R '$SUITE_TESTS' --output-on-failure -j1"
+  while IFS= read -r row; do [ -n "$row" ] && ROWS+=("$row"); done < <(ctest_rows "$OUT/ctest_gpu_suite.log" "  ")
   STEP_DETAIL="every other gpu-labelled test (gpu_ops, nccl, nvshmem, python...)" \
-    run_step ctest_gpu_other 300 bash -c "cd '$BUILD' && ctest -L gpu -E '$CUDA_TESTS' --output-on-failure -j1"
+    run_step ctest_gpu_other 300 bash -c "cd '$BUILD' && ctest -L gpu -E '$CUDA_TESTS|$SUITE_TESTS' --output-on-failure -j1"
   while IFS= read -r row; do [ -n "$row" ] && ROWS+=("$row"); done < <(ctest_rows "$OUT/ctest_gpu_other.log" "  ")
 fi
 
