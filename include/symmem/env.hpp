@@ -80,7 +80,7 @@
     "nothing, GPU ops stay 'enqueued' in dumps and get no metrics lines.")                         \
   X(trace_dir, "SYMMEM_TRACE_DIR", "string", "", "",                                               \
     "If set, each rank writes its flight recorder to DIR/rank<R>.json on a Timeout or "            \
-    "PeerFailure, on SIGUSR1 and at exit (docs/debugging.md).")                                    \
+    "PeerFailure, on Group::abort(), on SIGUSR1 and at exit (docs/debugging.md).")                 \
   X(trace_file, "SYMMEM_TRACE_FILE", "string", "", "",                                             \
     "If set, every completed op appends one JSON line (op, bytes, algo, us, algbw, busbw) to "     \
     "this file; GPU ops with device times when their kernel's end arrives (docs/debugging.md).")   \

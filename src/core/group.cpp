@@ -851,6 +851,7 @@ void watch_loop() {
                 "SYMMEM_ABORT_ON_PEER_FAILURE)";
         if (set_aborted(*g->abort, line, ErrorCode::PeerFailure)) {
           SYMMEM_LOG(WARN, GPU) << "rank " << g->rank << ": " << line;
+          dump_flight_recorders_on_failure("peer_failure", line.c_str());
         }
         break;
       }
@@ -1028,6 +1029,7 @@ void Group::abort(const std::string& reason) const {
                      (reason.empty() ? std::string() : ": " + reason);
   if (detail::set_aborted(*g->abort, line)) {
     SYMMEM_LOG(WARN, INIT) << line;
+    detail::dump_flight_recorders_on_failure("abort", line.c_str());  // SYMMEM_TRACE_DIR set
   }
 }
 

@@ -735,10 +735,8 @@ void TraceScope::failed_(ErrorCode code, const char* what) noexcept {
   }
   write_end(e_);
   e_ = nullptr;
-  if (code == ErrorCode::Timeout || code == ErrorCode::PeerFailure) {
-    if (dump_flight_recorders(code == ErrorCode::Timeout ? "timeout" : "peer_failure", what))
-      g_failure_dumped.store(true);
-  }
+  if (code == ErrorCode::Timeout || code == ErrorCode::PeerFailure)
+    dump_flight_recorders_on_failure(code == ErrorCode::Timeout ? "timeout" : "peer_failure", what);
 }
 
 void* TraceScope::device_times_ring() const noexcept {
@@ -961,6 +959,12 @@ bool dump_recorders(const char* reason, const char* error, bool flushed) noexcep
 
 bool dump_flight_recorders(const char* reason, const char* error) noexcept {
   return dump_recorders(reason, error, false);
+}
+
+bool dump_flight_recorders_on_failure(const char* reason, const char* error) noexcept {
+  if (!dump_recorders(reason, error, false)) return false;
+  g_failure_dumped.store(true);
+  return true;
 }
 
 void flight_recorder_exit_dump() noexcept {

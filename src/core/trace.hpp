@@ -307,6 +307,9 @@ class SYMMEM_API FlightRecorder {
 // format's reasons; `error`: the error text or null. Never throws; false when nothing was
 // written.
 SYMMEM_API bool dump_flight_recorders(const char* reason, const char* error) noexcept;
+// The same for a failure ("timeout", "peer_failure", "abort"): once one is written, the exit
+// dump does not overwrite it (the state at the failure is what symmem-trace must read).
+SYMMEM_API bool dump_flight_recorders_on_failure(const char* reason, const char* error) noexcept;
 
 // The dump as it would be written (for tests): the JSON text.
 SYMMEM_API std::string flight_recorder_json(const char* reason, const char* error);

@@ -184,7 +184,9 @@ class Mem {
   }
   Mem(const Mem&) = delete;
   Mem& operator=(const Mem&) = delete;
-  Mem(Mem&& o) noexcept : p_(o.p_), bytes_(o.bytes_) { o.p_ = nullptr; }
+  Mem(Mem&& o) noexcept : p_(o.p_), bytes_(o.bytes_) {
+    o.p_ = nullptr;
+  }
   Mem& operator=(Mem&& o) noexcept {
     std::swap(p_, o.p_);
     std::swap(bytes_, o.bytes_);
@@ -201,8 +203,12 @@ class Mem {
 #endif
     std::free(p_);
   }
-  char* get() const { return p_; }
-  size_t size() const { return bytes_; }
+  char* get() const {
+    return p_;
+  }
+  size_t size() const {
+    return bytes_;
+  }
 
  private:
   char* p_ = nullptr;

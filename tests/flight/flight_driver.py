@@ -9,6 +9,9 @@ SYMMEM_TRACE_DIR, then symmem-trace on the dumps.
   ok:       SIGUSR1 dumps; a clean run dumps at exit; symmem-trace finds nobody behind and
             writes a Perfetto timeline with one track per rank; SYMMEM_TRACE_FILE has one
             metrics line per all_reduce of every rank.
+  abort:    every rank aborts its group after 10 all_reduces: each dumps with reason "abort"
+            and the abort's text, holding its 10 completed all_reduces; the exit dump keeps it;
+            the next op fails with Aborted.
   gpu_ok, gpu_stop: ok and stop with the buffer on cuda:0 (the cuda backend, 3 ranks sharing
             one GPU): the dumps carry the kernels' device times, the exit dump has every
             kernel's end (the last one's through the recorder's flush) and a metrics line for
@@ -113,6 +116,22 @@ def scenario_mismatch(args, d):
     print("mismatch:", out.splitlines()[0])
 
 
+def scenario_abort(args, d):
+    r = run_ranks(args, "abort", 10, d, 5000)
+    if r.returncode != 0 or r.stdout.count("after-abort=Aborted") != 3:
+        fail("every rank should abort and then get Aborted", r.stdout, r.stderr)
+    for rank in range(3):
+        dump = json.loads((d / f"rank{rank}.json").read_text())
+        if dump["reason"] != "abort" or "flight test abort" not in (dump.get("error") or "") or \
+                f"aborted by rank {rank}" not in dump["error"]:
+            fail(f"rank {rank}'s dump: reason {dump['reason']!r}, error {dump.get('error')!r}")
+        done = [e for e in dump["groups"][0]["entries"]
+                if e["op"] == "all_reduce" and e["state"] == "completed"]
+        if len(done) != 10:
+            fail(f"rank {rank}'s abort dump holds {len(done)} completed all_reduces, not 10")
+    print("abort: 3 dumps with reason abort")
+
+
 def gpu_trace_checks():
     """scripts/check-gpu-trace.py as a module (its Perfetto nesting check)."""
     import importlib.util
@@ -199,7 +218,7 @@ def main():
     ap.add_argument("--run", required=True)
     ap.add_argument("--worker", required=True)
     ap.add_argument("--trace", required=True, help="the symmem-trace script")
-    ap.add_argument("scenarios", nargs="*", default=["stop", "mismatch", "ok"])
+    ap.add_argument("scenarios", nargs="*", default=["stop", "mismatch", "ok", "abort"])
     args = ap.parse_args()
     for s in args.scenarios:
         with tempfile.TemporaryDirectory(prefix=f"symmem-flight-{s}-") as tmp:

@@ -28,7 +28,7 @@
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s stop|mismatch|ok N [cuda]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s stop|mismatch|ok|abort N [cuda]\n", argv[0]);
     return 2;
   }
   const std::string mode = argv[1];
@@ -54,6 +54,17 @@ int main(int argc, char** argv) {
     auto* mine = gpu ? nullptr : static_cast<float*>(buf.ptr(rank));
     for (int i = 1;; ++i) {
       if ((mode == "ok" && i > n) || (mode == "mismatch" && i > n + 1)) break;
+      if (mode == "abort" && i > n) {
+        // Every rank aborts its group (the dump is written then), and a later op fails at
+        // entry with Aborted.
+        g.abort("flight test abort");
+        try {
+          symmem::all_reduce(buf, kCount, symmem::DType::f32, symmem::ReduceOp::sum);
+        } catch (const symmem::Error& e) {
+          std::printf("WORKER rank=%d after-abort=%s\n", rank, symmem::to_string(e.code()));
+        }
+        break;
+      }
       if (mode == "stop" && gpu && i > n) {
         // GPU ops return at launch: wait here (a device sync that times out) instead of
         // queueing kernels that would still run when the process exits.
