@@ -13,6 +13,7 @@
 #include <deque>
 
 #include "common.hpp"
+#include "symmem/backend.hpp"
 
 namespace symmem::py {
 
@@ -476,6 +477,22 @@ void bind_ops(nb::module_& m) {
   bind_reductions(m);
   bind_data_movement(m);
   bind_one_sided(m);
+  m.def(
+      "serves",
+      [](const std::string& backend, const std::string& op, nb::handle dtype, nb::handle device) {
+        const OpInfo* row = find_op(op);
+        if (row == nullptr)
+          throw_invalid_argument("serves", -1, "op", "'" + op + "' is not an op of the op table");
+        const std::optional<DType> t = to_symmem_dtype(to_dtype(dtype, "serves"));
+        if (!t) return false;
+        const Device d = to_device(device, nullptr, "serves");
+        return get_backend(backend)->supports(row->kind, *t, d.type);
+      },
+      "backend"_a, "op"_a, "dtype"_a, "device"_a = "cpu",
+      nb::sig("def serves(backend: str, op: str, dtype: object, device: str | int | object = "
+              "'cpu') -> bool"),
+      "Whether `backend`'s op table serves `op` on `dtype` for buffers on `device` (its type "
+      "counts). Loads the backend's plugin (BackendUnavailable where it cannot load).");
   m.def("op_table", &op_table_list, nb::sig("def op_table() -> list[dict]"),
         "The ops, one dict per row of the library's op table: name, count_arg, send and recv "
         "(blocks of count per buffer: none, one, world, root, var), in_place (no, same, "

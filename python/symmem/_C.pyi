@@ -584,6 +584,11 @@ def barrier(*, group: Group | None = None, device: object = None, stream: object
     Barrier over the group's workspace signal pads (device: that of the group's latest allocation unless given).
     """
 
+def serves(backend: str, op: str, dtype: object, device: str | int | object = 'cpu') -> bool:
+    """
+    Whether `backend`'s op table serves `op` on `dtype` for buffers on `device` (its type counts). Loads the backend's plugin (BackendUnavailable where it cannot load).
+    """
+
 def op_table() -> list[dict]:
     """
     The ops, one dict per row of the library's op table: name, count_arg, send and recv (blocks of count per buffer: none, one, world, root, var), in_place (no, same, recv_block, send_block), kind (reduction, collective, one_sided, sync), agree (the arguments every rank must pass alike), busbw_factor(world) and schema (the torch custom op's arguments).

@@ -36,6 +36,16 @@ symmem_py_test(python_single FILES test_single.py test_store.py)
 symmem_py_test(python_torch FILES test_torch.py test_import_order.py)
 symmem_py_test(python_mp_2 NP 2 FILES test_mp.py)
 symmem_py_test(python_mp_3 NP 3 FILES test_mp.py)
+# The same backend-independent cases in GPU memory (suite.py; NOTE [backend suites]): skipped
+# with the reason without torch or a GPU; scripts/gpu-check.sh runs them (step ctest_gpu_suite).
+set(_suite_gpu_env "SYMMEM_TEST_DEVICE=cuda;SYMMEM_ALLOW_SHARED_GPU=1;NVSHMEM_DISABLE_NVLS=1")
+foreach(np 2 4)
+  math(EXPR pct "100 / ${np}")
+  symmem_py_test(ops_suite_py_cuda_np${np} NP ${np} FILES test_mp.py LABELS gpu
+                 ENV "${_suite_gpu_env};SYMMEM_BACKEND=cuda")
+  symmem_py_test(ops_suite_py_nvshmem_np${np} NP ${np} FILES test_mp.py LABELS gpu
+                 ENV "${_suite_gpu_env};SYMMEM_BACKEND=nvshmem;CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=${pct}")
+endforeach()
 symmem_py_test(python_torch_mp_2 NP 2 FILES test_torch_mp.py LABELS gpu)
 # MoE dispatch and combine against the reference (issue #20): 2, 3, 4 and 8 ranks.
 foreach(np 2 3 4 8)
