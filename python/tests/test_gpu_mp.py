@@ -120,3 +120,29 @@ def test_lone_group_barrier_on_a_stream_raises_at_the_next_op(g):
         assert_names(e.value)
     f.store_barrier()
     assert_usable(g)
+
+
+def test_all_to_all_v_capacity_one_short_raises_on_every_rank(g):
+    # Issue #24: in the MoE style (counts are outputs) a receiver whose capacity is one element
+    # short killed the process. Every rank sees the whole count matrix on the device, so every
+    # rank raises InvalidArgument at its next op (rank 0 of its own 'recv_capacity', rank 1
+    # naming rank 0), nothing is written, and the process stays usable.
+    f = fresh(g)
+    n, r = f.world_size, f.rank
+    counts = torch.full((n,), 4, dtype=torch.int64, device="cuda")
+    send = torch.arange(4 * n, dtype=torch.float32, device="cuda")
+    cap = 4 * n - 1 if r == 0 else 4 * n
+    recv = torch.full((cap,), -1.0, device="cuda")
+    rc = torch.zeros(n, dtype=torch.int64, device="cuda")
+    ro = torch.zeros(n, dtype=torch.int64, device="cuda")
+    symmem.all_to_all_v(send, counts, recv, rc, ro, group=f)
+    torch.cuda.synchronize()
+    with pytest.raises(symmem.InvalidArgument) as e:
+        symmem.barrier(group=f, device="cuda")
+    msg = str(e.value)
+    assert "recv_capacity" in msg and "rank 0" in msg, msg
+    assert (recv == -1.0).all() and (rc == 0).all()
+    symmem.barrier(group=f, device="cuda")
+    torch.cuda.synchronize()
+    f.store_barrier()
+    assert_usable(g)

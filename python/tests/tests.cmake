@@ -54,6 +54,9 @@ endforeach()
 # GPU waits that time out (issues #17, #24): two ranks on one GPU.
 symmem_py_test(python_gpu_waits_2 NP 2 TIMEOUT 120 FILES test_gpu_mp.py LABELS gpu
                ENV "SYMMEM_ALLOW_SHARED_GPU=1")
+# Two ranks on cuda:0 without SYMMEM_ALLOW_SHARED_GPU: a clear error on every rank (issue #24).
+symmem_py_test(python_gpu_refuse_2 NP 2 TIMEOUT 120 FILES test_gpu_refuse.py LABELS gpu
+               ENV "SYMMEM_BACKEND=cuda")
 
 # Abort, shrink and grow (issue #17): the last of 3 ranks dies, symmem-run starts it again.
 if(TARGET symmem-run)

@@ -24,7 +24,8 @@
 // all_to_all_v counts live in device memory, so their checks (capacity, negative counts,
 // MPI-style count agreement) run on the device and fill a host-mapped op error record (a
 // device record, NOTE [device records] in symmem/device/sync.cuh, like the timeout record).
-// Like a device-side timeout, it is raised as an InvalidArgument by the next op of this process.
+// Every rank records the same error (NOTE [all_to_all_v]) and nothing moves. Like a
+// device-side timeout, it is raised as an InvalidArgument by the next op of this process.
 // Synchronise the stream before relying on the outputs.
 
 #include "cuda/cuda_ops.hpp"
@@ -195,18 +196,32 @@ void raise_op_error(const char* op, int rank) {
   std::ostringstream os;
   os << "an earlier GPU op failed a device-side check (" << op_error_name(code) << ") on rank "
      << who << ": ";
+  // all_to_all_v's errors are recorded by every rank, naming the rank at fault (`who`; NOTE
+  // [all_to_all_v]): the culprit hears of its argument, the others of the culprit, as on host.
+  const std::string by = "rank " + std::to_string(who) + "'s ";
   switch (code) {
     case K::OpErrorCode::capacity:
-      os << "all_to_all_v: argument 'recv_capacity' = " << vb << " elements, but the ranks send "
-         << va << " elements to this rank; it received nothing";
+      os << "all_to_all_v: " << (who == rank ? std::string() : by) << "argument 'recv_capacity' = "
+         << vb << " elements, but the ranks send " << va << " elements to "
+         << (who == rank ? std::string("this rank") : "rank " + std::to_string(who))
+         << "; no rank moved any data";
       break;
     case K::OpErrorCode::count_mismatch:
-      os << "all_to_all_v: argument 'recv_counts' [" << peer << "] = " << vb << " but rank " << peer
-         << " sends " << va << " elements to this rank";
+      if (who == rank) {
+        os << "all_to_all_v: argument 'recv_counts' [" << peer << "] = " << vb << " but rank "
+           << peer << " sends " << va << " elements to this rank";
+      } else if (peer == rank) {
+        os << "all_to_all_v: argument 'send_counts' [" << who << "] = " << va << " but rank "
+           << who << " expects " << vb << " elements from this rank";
+      } else {
+        os << "all_to_all_v: ranks " << peer << " and " << who << " disagree: rank " << peer
+           << " sends " << va << " elements to rank " << who << ", which expects " << vb;
+      }
+      os << "; no rank moved any data";
       break;
     case K::OpErrorCode::negative_count:
-      os << "all_to_all_v: argument 'send_counts' [" << peer << "] = " << va
-         << " is negative; this rank's data was not sent";
+      os << "all_to_all_v: " << (who == rank ? std::string() : by) << "argument 'send_counts' ["
+         << peer << "] = " << va << " is negative; no rank moved any data";
       break;
     case K::OpErrorCode::zero_copy_mismatch:
       os << "rank " << peer << " passed " << ((va & 1) ? "'recv'" : "'send'") << " as "

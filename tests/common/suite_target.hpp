@@ -227,6 +227,9 @@ Mem mem_of(const std::vector<T>& v) {
 // no-op on the host backend, whose ops raise at the call.
 inline void settle(const Group& group) {
   if (!target().gpu()) return;
+#ifdef SYMMEM_SUITE_GPU
+  cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // the kernels wrote their records
+#endif
   barrier(group, opts());
 }
 

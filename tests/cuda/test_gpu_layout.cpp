@@ -16,7 +16,7 @@ TEST(GpuLayout, RegionsAreOrderedAlignedAndLargeEnough) {
     EXPECT_EQ(L.flags_offset, K::kCtrlFlagsOffset);
     EXPECT_GE(L.desc_offset, L.flags_offset + K::kMaxBlocks * n * sizeof(uint32_t));
     EXPECT_GE(L.matrix_offset, L.desc_offset + 4 * n * sizeof(int64_t));
-    EXPECT_GE(L.ctrl_bytes, L.matrix_offset + n * (n + 1) * sizeof(int64_t));
+    EXPECT_GE(L.ctrl_bytes, L.matrix_offset + n * (2 * n + 1) * sizeof(int64_t));
     EXPECT_EQ(L.desc_offset % 8, 0u);
     EXPECT_EQ(L.matrix_offset % 8, 0u);
     EXPECT_EQ(L.ll_offset, L.ctrl_bytes);

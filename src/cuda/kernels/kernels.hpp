@@ -69,11 +69,18 @@ enum class KType : int {
 };
 enum class KRed : int { sum = 0, avg = 1, min = 2, max = 3 };
 
+// int64 entries of a rank's row of the all_to_all_v count matrix: world send counts, the
+// capacity, world expected receive counts (NOTE [all_to_all_v]).
+constexpr int64_t a2av_row_length(int world) {
+  return 2 * static_cast<int64_t>(world) + 1;
+}
+
 // Control-region and workspace offsets for a world size (NOTE [workspace layout]).
 struct WsLayout {
   size_t flags_offset = 0;
   size_t desc_offset = 0;    // int64 [world][4]: zero-copy descriptors
-  size_t matrix_offset = 0;  // int64 [world][world + 1]: row r = rank r's send counts, capacity
+  size_t matrix_offset = 0;  // int64 [world][a2av_row_length(world)]: row r = rank r's send
+                             // counts, capacity, expected receive counts (NOTE [all_to_all_v])
   size_t ctrl_bytes = 0;
   size_t ll_offset = 0;
   size_t ll_slot_bytes = 0;  // packet bytes per (parity, source): 2x its data capacity
@@ -186,11 +193,12 @@ struct CopyArgs {
 // Layout of the op error record (int32 x 8, host-mapped, 16-byte aligned; written as a device
 // record of two vectors, NOTE [device records] in symmem/device/sync.cuh): [0] flag (0 none,
 // 1 set), [1] code, [2] rank, [3] peer, [4..5] value a (int64, lo/hi), [6..7] value b.
+// [2] is the rank at fault (every rank records the same error, NOTE [all_to_all_v]).
 enum class OpErrorCode : int {
   none = 0,
-  capacity = 1,            // a: elements to receive, b: capacity
-  count_mismatch = 2,      // peer sends a elements, this rank expected b
-  negative_count = 3,      // peer index in [3], a: the count
+  capacity = 1,            // [2] receives a elements, b: its capacity
+  count_mismatch = 2,      // [3] sends a elements to [2], which expected b
+  negative_count = 3,      // [2]'s send count to [3] is a
   zero_copy_mismatch = 4,  // peer in [3]; a: peer's (alloc id << 32 | which), b: its offset
 };
 inline constexpr int kOpErrorRecordInts = 8;
