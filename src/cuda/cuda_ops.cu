@@ -201,8 +201,9 @@ void raise_op_error(const char* op, int rank) {
   const std::string by = "rank " + std::to_string(who) + "'s ";
   switch (code) {
     case K::OpErrorCode::capacity:
-      os << "all_to_all_v: " << (who == rank ? std::string() : by) << "argument 'recv_capacity' = "
-         << vb << " elements, but the ranks send " << va << " elements to "
+      os << "all_to_all_v: " << (who == rank ? std::string() : by)
+         << "argument 'recv_capacity' = " << vb << " elements, but the ranks send " << va
+         << " elements to "
          << (who == rank ? std::string("this rank") : "rank " + std::to_string(who))
          << "; no rank moved any data";
       break;
@@ -211,8 +212,8 @@ void raise_op_error(const char* op, int rank) {
         os << "all_to_all_v: argument 'recv_counts' [" << peer << "] = " << vb << " but rank "
            << peer << " sends " << va << " elements to this rank";
       } else if (peer == rank) {
-        os << "all_to_all_v: argument 'send_counts' [" << who << "] = " << va << " but rank "
-           << who << " expects " << vb << " elements from this rank";
+        os << "all_to_all_v: argument 'send_counts' [" << who << "] = " << va << " but rank " << who
+           << " expects " << vb << " elements from this rank";
       } else {
         os << "all_to_all_v: ranks " << peer << " and " << who << " disagree: rank " << peer
            << " sends " << va << " elements to rank " << who << ", which expects " << vb;
