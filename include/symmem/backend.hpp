@@ -153,6 +153,13 @@ class SYMMEM_API Backend {
   std::vector<OpSupport> serves_;
 };
 
+// Backend::extension names the core calls.
+// "raise_async_error": void (*)(const Group& group, const char* op): raises (and clears) what
+// the device found after this plugin's GPU ops returned, as Group::check_async_error()
+// documents; returns when there is nothing.
+inline constexpr const char* kRaiseAsyncErrorExtension = "raise_async_error";
+using RaiseAsyncErrorFn = void (*)(const Group& group, const char* op);
+
 // Registry. get_backend() loads a plugin on first use (from SYMMEM_PLUGIN_PATH, then the
 // directory of libsymmem); a missing plugin or a failing dependency is BackendUnavailable with
 // the loader's message and the list of available backends.

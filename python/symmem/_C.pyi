@@ -223,6 +223,11 @@ class Group:
     @property
     def aborted(self) -> bool: ...
 
+    def check_async_error(self) -> None:
+        """
+        Raises, without waiting, an error the device found after a GPU op of this process returned (a wait past its deadline: Timeout; all_to_all_v's checks: InvalidArgument; a wait stopped by an abort), or this group's abort error; returns None when there is none so far. Synchronise the stream first to cover every op enqueued on it (as NCCL's ncclCommGetAsyncError).
+        """
+
     def failed_ranks(self) -> list[int]:
         """Ranks of this group whose process is known to be gone (sorted)."""
 

@@ -146,3 +146,24 @@ def test_all_to_all_v_capacity_one_short_raises_on_every_rank(g):
     torch.cuda.synchronize()
     f.store_barrier()
     assert_usable(g)
+
+
+def test_check_async_error_reports_a_timeout_on_a_stream(g):
+    # Issue #24 item 4: the error query of stream-ordered ops. A lone barrier on a stream returns
+    # at once; once the stream is synchronised the group's query raises its Timeout (once), so
+    # the next op does not.
+    f = fresh(g)
+    symmem.barrier(group=f, device="cuda")
+    torch.cuda.synchronize()
+    f.store_barrier()
+    f.check_async_error()  # nothing pending
+    if f.rank == 0:
+        s = torch.cuda.Stream()
+        symmem.barrier(group=f, device="cuda", timeout=1.0, stream=s)  # returns at once
+        s.synchronize()
+        with pytest.raises(symmem.Timeout) as e:
+            f.check_async_error()
+        assert_names(e.value)
+        f.check_async_error()  # raised once
+    f.store_barrier()
+    assert_usable(g)

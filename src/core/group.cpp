@@ -18,6 +18,7 @@
 #include "core/check.hpp"
 #include "core/group_impl.hpp"
 #include "core/log.hpp"
+#include "core/registry.hpp"
 #include "core/store/group_store.hpp"
 #include "core/timeout.hpp"
 #include "core/trace.hpp"
@@ -1030,6 +1031,17 @@ void Group::abort(const std::string& reason) const {
   if (detail::set_aborted(*g->abort, line)) {
     SYMMEM_LOG(WARN, INIT) << line;
     detail::dump_flight_recorders_on_failure("abort", line.c_str());  // SYMMEM_TRACE_DIR set
+  }
+}
+
+void Group::check_async_error() const {
+  static constexpr const char* kOp = "check_async_error";
+  const auto& g = checked(impl_, "Group::check_async_error");
+  if (const detail::AbortState* s = detail::aborted_state(g->abort.get()))
+    detail::throw_aborted(*s, kOp, g->rank);
+  for (const auto& b : detail::loaded_backends()) {
+    auto fn = reinterpret_cast<RaiseAsyncErrorFn>(b->extension(kRaiseAsyncErrorExtension));
+    if (fn != nullptr) fn(*this, kOp);
   }
 }
 

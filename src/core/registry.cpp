@@ -275,6 +275,16 @@ std::shared_ptr<Backend> get_backend(const std::string& name) {
       "backend '" + name + "' is unavailable: " + why + "; available backends: " + join(avail));
 }
 
+namespace detail {
+std::vector<std::shared_ptr<Backend>> loaded_backends() {
+  auto& r = registry();
+  std::lock_guard<std::recursive_mutex> lock(r.mu);
+  std::vector<std::shared_ptr<Backend>> v;
+  for (const auto& [n, b] : r.backends) v.push_back(b);
+  return v;
+}
+}  // namespace detail
+
 std::vector<std::string> available_backends() {
   std::set<std::string> names(detail::known_backend_names().begin(),
                               detail::known_backend_names().end());

@@ -16,6 +16,8 @@ std::shared_ptr<Backend> try_get_backend(const std::string& name, std::string* w
 
 // Backend names a user may select (the SYMMEM_BACKEND values other than "auto").
 const std::vector<std::string>& known_backend_names();
+// The backends loaded so far (loads none).
+std::vector<std::shared_ptr<Backend>> loaded_backends();
 
 // The backend "auto" picks for `device` buffers of `group` (NOTE [auto selection] in
 // registry.cpp), with the reason in `why`. Never throws; the name may be of a backend that does

@@ -52,6 +52,11 @@ class CudaBackend final : public Backend {
     return CudaMemory::create(group, info);
   }
 
+  void* extension(const std::string& name) override {
+    if (name == kRaiseAsyncErrorExtension) return reinterpret_cast<void*>(&cuda_raise_async_errors);
+    return nullptr;
+  }
+
   void run(const OpArgs& args) override {
     const int rank = args.group != nullptr ? args.group->rank() : -1;
     const AbortSlot abort = args.group != nullptr ? abort_slot(*args.group) : AbortSlot{};

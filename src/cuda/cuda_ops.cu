@@ -944,6 +944,12 @@ void run_single(const Call& c) {
 
 }  // namespace
 
+void cuda_raise_async_errors(const symmem::Group& group, const char* op) {
+  const int rank = group.valid() ? group.rank() : -1;
+  symmem::cuda::raise_device_timeout(op, rank, symmem::cuda::abort_slot(group).slot);
+  raise_op_error(op, rank);
+}
+
 void cuda_run_op(const OpArgs& a) {
   const char* op = symmem::to_string(a.kind);
   const int rank = a.group != nullptr ? a.group->rank() : -1;

@@ -9,3 +9,8 @@
 #include "symmem/backend.hpp"
 
 void cuda_run_op(const symmem::OpArgs& args);
+
+// The plugin's Backend::extension(kRaiseAsyncErrorExtension) (Group::check_async_error): raises
+// a device-side timeout or abort record and a device-detected op error of this plugin's earlier
+// GPU ops, without waiting.
+void cuda_raise_async_errors(const symmem::Group& group, const char* op);

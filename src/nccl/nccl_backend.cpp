@@ -8,6 +8,7 @@
 #include "core/exchange.hpp"
 #include "core/log.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/cuda_ops.hpp"
 #include "nccl/nccl_memory.hpp"
 #include "nccl/nccl_util.hpp"
 
@@ -77,6 +78,8 @@ bool NcclBackend::can_serve(const Group& group, Device device, std::string* why)
 
 void* NcclBackend::extension(const std::string& name) {
   if (name == kUseCommOp) return reinterpret_cast<void*>(&use_nccl_comm_entry);
+  // The peer-pointer kernels it runs record like the cuda backend's (its own copy of them).
+  if (name == kRaiseAsyncErrorExtension) return reinterpret_cast<void*>(&cuda_raise_async_errors);
   return nullptr;
 }
 

@@ -7,6 +7,7 @@
 #include "core/check.hpp"
 #include "core/log.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/cuda_ops.hpp"
 #include "nvshmem/nvshmem_memory.hpp"
 #include "nvshmem/nvshmem_runtime.hpp"
 
@@ -43,6 +44,13 @@ std::shared_ptr<BackendMemory> NvshmemBackend::allocate(const Group& group,
   }
   Runtime::instance().ensure(group, info.device.index, op);
   return std::make_shared<NvshmemMemory>(group, info);
+}
+
+// The peer-pointer kernels and device syncs it runs record like the cuda backend's (its own
+// copy of them); its NVSHMEM all_to_all_v record is raised by its next op.
+void* NvshmemBackend::extension(const std::string& name) {
+  if (name == kRaiseAsyncErrorExtension) return reinterpret_cast<void*>(&cuda_raise_async_errors);
+  return nullptr;
 }
 
 long long* NvshmemBackend::a2av_record() {

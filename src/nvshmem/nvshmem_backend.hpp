@@ -19,6 +19,7 @@ class NvshmemBackend final : public Backend {
   bool can_serve(const Group& group, Device device, std::string* why) const override;
   std::shared_ptr<BackendMemory> allocate(const Group& group, const RendezvousInfo& info) override;
   void run(const OpArgs& args) override;
+  void* extension(const std::string& name) override;
 
  private:
   // Host-mapped record of all_to_all_v's device-side argument errors (5 x int64).

@@ -93,6 +93,7 @@ TEST(HostRecovery, AfterAbortEveryOpRaisesAndSubgroupsToo) {
     auto sub_buf = allocate(sub, 4096);
     g.store_barrier();
     EXPECT_FALSE(g.aborted());
+    g.check_async_error();  // nothing pending: returns
     g.abort("first reason");
     g.abort("second reason");  // idempotent: the first reason stays
     EXPECT_TRUE(g.aborted());
@@ -107,6 +108,8 @@ TEST(HostRecovery, AfterAbortEveryOpRaisesAndSubgroupsToo) {
     expect_error([&] { put(buf, 0, buf.ptr(g.rank()), 8, 1 - g.rank()); }, ErrorCode::Aborted,
                  needles);
     expect_error([&] { g.store_barrier(); }, ErrorCode::Aborted, needles);
+    expect_error([&] { g.check_async_error(); }, ErrorCode::Aborted, needles);
+    expect_error([&] { sub.check_async_error(); }, ErrorCode::Aborted, needles);
     expect_error([&] { all_reduce(sub_buf, 16, DType::f32, ReduceOp::sum); }, ErrorCode::Aborted,
                  needles);
     expect_error([&] { allocate(sub, 4096); }, ErrorCode::Aborted, needles);
