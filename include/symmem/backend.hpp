@@ -159,6 +159,12 @@ class SYMMEM_API Backend {
 // documents; returns when there is nothing.
 inline constexpr const char* kRaiseAsyncErrorExtension = "raise_async_error";
 using RaiseAsyncErrorFn = void (*)(const Group& group, const char* op);
+// "tuning_signature": int (*)(const Group& group, int device, char* buf, size_t len): writes the
+// machine signature that the backend's tuning entries are keyed by (NOTE [tuning file] in
+// src/core/tuning.hpp) for `group`'s ranks on `device`, NUL-terminated, into buf; returns its
+// length (the whole length even when len was too small), -1 on failure.
+inline constexpr const char* kTuningSignatureExtension = "tuning_signature";
+using TuningSignatureFn = int (*)(const Group& group, int device, char* buf, size_t len);
 
 // Registry. get_backend() loads a plugin on first use (from SYMMEM_PLUGIN_PATH, then the
 // directory of libsymmem); a missing plugin or a failing dependency is BackendUnavailable with

@@ -1,9 +1,10 @@
 #pragma once
 
 // NOTE [tuning file]
-// The crossovers that Algo::automatic uses (host: the largest all_reduce that goes one_shot;
-// cuda: the largest piece that goes LL) have built-in tables, one per backend, in one place
-// each (src/host/host_ops.cpp one_shot_max_bytes, src/cuda/kernels/tuning.hpp). symmem-tune
+// The crossovers that Algo::automatic uses (host: the largest all_reduce that goes one_shot,
+// key "all_reduce.one_shot_max_bytes"; cuda: the largest piece that goes LL, key
+// "ll_max_bytes") have built-in tables, one per backend, in one place each
+// (src/host/host_ops.cpp one_shot_max_bytes, src/cuda/kernels/tuning.hpp). symmem-tune
 // measures them on a machine and writes a JSON tuning file:
 //
 //   {"format": "symmem-tuning", "version": 1, "entries": [
@@ -12,10 +13,11 @@
 //
 // At the first lookup a process reads SYMMEM_TUNING_FILE, else $XDG_CACHE_HOME/symmem/
 // tuning.json (~/.cache/symmem/tuning.json), once. An entry decides when its backend, key and
-// world size match and its signature is this machine's (the backend's signature(): what makes
-// the measurement valid here). Otherwise the built-in table does. The log (INFO, ENV) says
-// which file and entry decided, once per backend, key and world size. A file that does not
-// parse is a WARN and is ignored: tuning never fails an op.
+// world size match and its signature is this machine's (what makes the measurement valid here:
+// host_signature() for host, the cuda plugin's Backend::extension "tuning_signature" for cuda).
+// Otherwise the built-in table does. The log (INFO, ENV) says which file and entry decided, once
+// per backend, key and world size. A file that does not parse is a WARN and is ignored: tuning
+// never fails an op.
 
 #include <cstdint>
 #include <optional>

@@ -54,6 +54,7 @@ class CudaBackend final : public Backend {
 
   void* extension(const std::string& name) override {
     if (name == kRaiseAsyncErrorExtension) return reinterpret_cast<void*>(&cuda_raise_async_errors);
+    if (name == kTuningSignatureExtension) return reinterpret_cast<void*>(&cuda_tuning_signature);
     return nullptr;
   }
 

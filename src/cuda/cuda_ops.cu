@@ -49,6 +49,7 @@
 #include "core/check.hpp"
 #include "core/log.hpp"
 #include "core/trace.hpp"
+#include "core/tuning.hpp"
 #include "cuda/kernels/kernels.hpp"
 #include "cuda/kernels/tuning.hpp"
 #include "cuda/timeout_record.hpp"
@@ -656,9 +657,7 @@ K::KType ktype(const Call& c) {
   return static_cast<K::KType>(c.a.dtype);
 }
 
-size_t ll_threshold(int world) {
-  static const int64_t forced = symmem::env::gpu_ll_max_bytes().value_or(-1);
-  if (forced >= 0) return static_cast<size_t>(forced);
+size_t builtin_ll_threshold(int world) {
   for (const auto& t : K::kLLThresholds) {
     if (t.world == world) return t.ll_max_bytes;
   }
@@ -666,6 +665,30 @@ size_t ll_threshold(int world) {
     if (t.world == 0) return t.ll_max_bytes;
   }
   return 0;
+}
+
+// The LL crossover of Algo::automatic: SYMMEM_GPU_LL_MAX_BYTES, else the tuning file's entry
+// for this machine (symmem-tune), else the built-in table (NOTE [all-reduce tuning]). Cached per
+// world size: a process's groups of one size are taken to share GPUs alike.
+size_t ll_threshold(const Call& c) {
+  static const int64_t forced = symmem::env::gpu_ll_max_bytes().value_or(-1);
+  if (forced >= 0) return static_cast<size_t>(forced);
+  constexpr int kCached = 256;
+  static std::atomic<int64_t> cache[kCached];  // the answer + 1; 0: not looked up yet
+  const int world = c.world;
+  if (world < kCached) {
+    const int64_t v = cache[world].load(std::memory_order_relaxed);
+    if (v > 0) return static_cast<size_t>(v - 1);
+  }
+  char sig[512];
+  int64_t v = static_cast<int64_t>(builtin_ll_threshold(world));
+  const int n = cuda_tuning_signature(*c.a.group, c.a.device.index, sig, sizeof sig);
+  if (n > 0 && static_cast<size_t>(n) < sizeof sig) {
+    auto tuned = symmem::tuning::lookup("cuda", "ll_max_bytes", world, sig);
+    if (tuned && *tuned >= 0) v = *tuned;
+  }
+  if (world < kCached) cache[world].store(v + 1, std::memory_order_relaxed);
+  return static_cast<size_t>(v);
 }
 
 void copy_async(const Call& c, void* dst, const void* src, size_t bytes) {
@@ -703,7 +726,7 @@ void run_ll(const Call& c, const void* send, void* recv, size_t count, int64_t s
 
 bool ll_fits(const Call& c, size_t piece_bytes, bool forced) {
   const size_t cap = K::ws_layout(c.world).ll_capacity();
-  return piece_bytes <= (forced ? cap : std::min(cap, ll_threshold(c.world)));
+  return piece_bytes <= (forced ? cap : std::min(cap, ll_threshold(c)));
 }
 
 // ---- all_reduce --------------------------------------------------------------------------------
@@ -943,6 +966,51 @@ void run_single(const Call& c) {
 }
 
 }  // namespace
+
+int cuda_tuning_signature(const symmem::Group& group, int device, char* buf, size_t len) {
+  static std::mutex mu;
+  static std::unordered_map<int, std::string> base;  // per device: all but ranks_per_gpu
+  static int gpus = 0;
+  std::string sig;
+  int devices = 1;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = base.find(device);
+    if (it == base.end()) {
+      cudaDeviceProp prop{};
+      int count = 0;
+      if (cudaGetDeviceProperties(&prop, device) != cudaSuccess ||
+          cudaGetDeviceCount(&count) != cudaSuccess)
+        return -1;
+      std::string name = prop.name;
+      for (char& ch : name)
+        if (ch == ';' || ch == '"') ch = ' ';
+      std::ostringstream os;
+      os << "gpu=" << name << ";sms=" << prop.multiProcessorCount << ";gpus=" << count << ";p2p=";
+      for (int i = 0; i < count; ++i) {
+        for (int j = i + 1; j < count; ++j) {
+          int access = 0, perf = 0;
+          (void)cudaDeviceGetP2PAttribute(&access, cudaDevP2PAttrAccessSupported, i, j);
+          (void)cudaDeviceGetP2PAttribute(&perf, cudaDevP2PAttrPerformanceRank, i, j);
+          os << i << j << ":" << access << "/" << perf << ",";
+        }
+      }
+      it = base.emplace(device, os.str()).first;
+      (void)cudaGetLastError();  // a refused P2P query leaves no sticky error behind
+      gpus = count;
+    }
+    sig = it->second;
+    devices = std::max(1, gpus);
+  }
+  const int local = std::max(1, group.valid() ? group.local_world_size() : 1);
+  sig += ";ranks_per_gpu=" + std::to_string((local + devices - 1) / devices);
+  if (buf != nullptr && len > 0) {
+    const size_t n = std::min(sig.size(), len - 1);
+    std::memcpy(buf, sig.data(), n);
+    buf[n] = '\0';
+  }
+  return static_cast<int>(sig.size());
+}
 
 void cuda_raise_async_errors(const symmem::Group& group, const char* op) {
   const int rank = group.valid() ? group.rank() : -1;

@@ -14,3 +14,9 @@ void cuda_run_op(const symmem::OpArgs& args);
 // a device-side timeout or abort record and a device-detected op error of this plugin's earlier
 // GPU ops, without waiting.
 void cuda_raise_async_errors(const symmem::Group& group, const char* op);
+
+// This machine's signature for the GPU collectives' tuning entries (NOTE [tuning file]):
+// "gpu=<name>;sms=<SMs>;gpus=<visible GPUs>;ranks_per_gpu=<k>;p2p=<pairs>", the GPU model and
+// count, how many of `group`'s local ranks share a GPU, and which GPU pairs have peer access
+// (NVLink/PCIe performance rank). The plugin's Backend::extension(kTuningSignatureExtension).
+int cuda_tuning_signature(const symmem::Group& group, int device, char* buf, size_t len);

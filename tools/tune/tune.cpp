@@ -5,13 +5,17 @@
 //   symmem-run -n 4 -- symmem-tune              # world sizes 2..4, host backend
 //   symmem-run -n 2 -- symmem-tune --out tuning.json --max-bytes 4M -n 10
 //
-// Host backend: for each world size w from 2 to the launch's (the first w ranks), all_reduce of
-// f32 between two symmetric buffers (out of place, zero copy) is timed with one_shot and with
-// two_shot at sizes 1 KiB x 2^i up to --max-bytes (each the best of three alternating runs).
-// The threshold is the largest size at which one_shot was not slower, before the first two
-// sizes in a row where two_shot was faster (one slower size alone is taken for noise);
-// written as host "all_reduce.one_shot_max_bytes". The GPU
-// tables (src/cuda/kernels/tuning.hpp) are not tuned by this tool yet.
+// For each backend (--backend host, cuda or all: the host backend, and the cuda backend where it
+// can serve this rank's GPU, local_rank % GPUs) and each world size w from 2 to the launch's
+// (the first w ranks), all_reduce of f32 between two symmetric buffers (out of place, zero copy)
+// is timed with one_shot and with two_shot at sizes --min-bytes x 2^i up to --max-bytes (each
+// the best of three alternating runs; host: the mean of -n calls by the CPU clock; cuda: the
+// median of -n calls by CUDA events on the default stream, the slowest rank's). The threshold
+// is the largest size at which one_shot was not slower, before the first two sizes in a row
+// where two_shot was faster (one slower size alone is taken for noise); written as host
+// "all_reduce.one_shot_max_bytes" (keyed by host_signature()) and as cuda "ll_max_bytes" (the
+// piece size below which the GPU collectives go LL, src/cuda/kernels/tuning.hpp; keyed by the
+// cuda plugin's signature: GPU model, SMs, GPUs, ranks per GPU, peer access).
 //
 // Entries of the file for the same backend, key, world size and machine are replaced; the rest
 // is kept. Rank 0 prints the measurements and writes the file.
@@ -24,11 +28,14 @@
 #include <ctime>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "bench_format.hpp"  // parse_size, as symmem-bench reads sizes
+#include "bench_mem.hpp"     // GPU buffers and CUDA-event timing without linking CUDA
 #include "core/tuning.hpp"
+#include "symmem/backend.hpp"
 #include "symmem/symmem.hpp"
 
 #if SYMMEM_HAVE_NLOHMANN_JSON
@@ -41,17 +48,18 @@ using namespace symmem;
 
 struct Args {
   std::string out;
+  std::string backend = "all";  // host | cuda | all
   size_t min_bytes = 1 << 10, max_bytes = 16 << 20;
   int iters = 10;
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::cerr << "symmem-tune: " << why
-            << "\nusage: symmem-run -n N -- symmem-tune [--out FILE] [--min-bytes B] "
-               "[--max-bytes B] [-n ITERS]\n"
-               "Measures the host backend's one_shot/two_shot all_reduce crossover for 2..N "
-               "ranks and\nwrites it to FILE (default: SYMMEM_TUNING_FILE, else "
-               "~/.cache/symmem/tuning.json).\n";
+            << "\nusage: symmem-run -n N -- symmem-tune [--backend host|cuda|all] [--out FILE] "
+               "[--min-bytes B] [--max-bytes B] [-n ITERS]\n"
+               "Measures the one_shot/two_shot all_reduce crossover of the host backend and (all,\n"
+               "where it can serve) of the cuda backend for 2..N ranks and writes it to FILE\n"
+               "(default: SYMMEM_TUNING_FILE, else ~/.cache/symmem/tuning.json).\n";
   std::exit(2);
 }
 
@@ -73,6 +81,8 @@ Args parse(int argc, char** argv) {
     };
     if (k == "--out")
       a.out = val();
+    else if (k == "--backend")
+      a.backend = val();
     else if (k == "--min-bytes")
       a.min_bytes = parse_bytes(val());
     else if (k == "--max-bytes")
@@ -85,6 +95,8 @@ Args parse(int argc, char** argv) {
       usage("unknown option " + k);
   }
   if (a.iters < 1 || a.min_bytes < 4 || a.max_bytes < a.min_bytes) usage("bad -n or sizes");
+  if (a.backend != "host" && a.backend != "cuda" && a.backend != "all")
+    usage("--backend takes host, cuda or all");
   return a;
 }
 
@@ -92,47 +104,91 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// The slowest rank's mean seconds per call of `iters` calls of all_reduce with `algo`.
-double time_algo(const Group& g, const SymmetricMemory& a, const SymmetricMemory& b, size_t count,
-                 Algo algo, int iters) {
+// What is tuned where: the backend, its device, the key written and the machine's signature.
+struct Target {
+  std::string backend;  // "host" | "cuda"
+  Device device;
+  std::string key;
+  bench::MemIO* io = nullptr;  // cuda: buffers and CUDA-event timing
+};
+
+// The slowest rank's seconds per call of all_reduce with `algo`: host, the mean of `iters`
+// calls by the CPU clock; cuda, the median of `iters` calls timed one by one with CUDA events.
+double time_algo(const Group& g, const Target& t, const SymmetricMemory& a,
+                 const SymmetricMemory& b, size_t count, Algo algo, int iters) {
   OpOptions o;
   o.algo = algo;
-  o.device = Device::cpu();
+  o.device = t.device;
   const void* src = a.ptr(a.rank());
   void* dst = b.ptr(b.rank());
   for (int i = 0; i < 2; ++i) all_reduce(src, dst, count, DType::f32, ReduceOp::sum, g, o);
-  barrier(g);
-  double t0 = now_s();
-  for (int i = 0; i < iters; ++i) all_reduce(src, dst, count, DType::f32, ReduceOp::sum, g, o);
-  double t = (now_s() - t0) / iters, slowest = 0;
+  OpOptions sync;
+  sync.device = t.device;
+  barrier(g, sync);  // on the null stream: synchronous on the GPU backends too
+  double secs = 0;
+  if (t.io == nullptr) {
+    double t0 = now_s();
+    for (int i = 0; i < iters; ++i) all_reduce(src, dst, count, DType::f32, ReduceOp::sum, g, o);
+    secs = (now_s() - t0) / iters;
+  } else {
+    t.io->marks(iters);
+    for (int i = 0; i < iters; ++i) {
+      t.io->mark(i);
+      all_reduce(src, dst, count, DType::f32, ReduceOp::sum, g, o);
+    }
+    t.io->mark(iters);
+    t.io->synchronize();
+    std::vector<double> us = t.io->durations_us();
+    std::sort(us.begin(), us.end());
+    secs = us[us.size() / 2] * 1e-6;
+  }
+  double slowest = 0;
   OpOptions h;
   h.device = Device::cpu();
-  all_reduce(&t, &slowest, 1, DType::f64, ReduceOp::max, g, h);
+  all_reduce(&secs, &slowest, 1, DType::f64, ReduceOp::max, g, h);
   return slowest;
 }
 
 struct Result {
+  std::string backend, key, signature;
   int world;
   int64_t threshold;
   std::vector<std::tuple<size_t, double, double>> rows;  // bytes, one_shot s, two_shot s
 };
 
-Result tune_world(const Group& g, const Args& a) {
-  Result r{g.world_size(), 0, {}};
+// The signature the backend's entries are keyed by, for group `g` on `device`.
+std::string signature_of(const Target& t, const Group& g) {
+  if (t.backend == "host") return tuning::host_signature();
+  auto fn = reinterpret_cast<TuningSignatureFn>(
+      get_backend(t.backend)->extension(kTuningSignatureExtension));
+  char buf[512];
+  const int n = fn != nullptr ? fn(g, t.device.index, buf, sizeof buf) : -1;
+  if (n < 0 || static_cast<size_t>(n) >= sizeof buf)
+    throw Error(ErrorCode::Internal, "symmem-tune: the " + t.backend +
+                                         " backend gave no tuning signature for " +
+                                         to_string(t.device));
+  return buf;
+}
+
+Result tune_world(const Group& g, const Target& t, const Args& a) {
+  Result r{t.backend, t.key, signature_of(t, g), g.world_size(), 0, {}};
   AllocOptions ao;
-  ao.backend = "host";
-  SymmetricMemory x = allocate(g, a.max_bytes, Device::cpu(), ao);
-  SymmetricMemory y = allocate(g, a.max_bytes, Device::cpu(), ao);
+  ao.backend = t.backend;
+  SymmetricMemory x = allocate(g, a.max_bytes, t.device, ao);
+  SymmetricMemory y = allocate(g, a.max_bytes, t.device, ao);
   std::vector<float> ones(a.max_bytes / 4, 1.0f);
-  std::memcpy(x.ptr(x.rank()), ones.data(), ones.size() * 4);
+  if (t.io != nullptr)
+    t.io->upload(x.ptr(x.rank()), ones.data(), ones.size() * 4);
+  else
+    std::memcpy(x.ptr(x.rank()), ones.data(), ones.size() * 4);
   int losses = 0;  // two_shot faster at this many sizes in a row
   for (size_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= 2) {
     const size_t count = bytes / 4;
     // Alternate the two, best of three, so that drift hits both alike.
     double one = 1e30, two = 1e30;
     for (int rep = 0; rep < 3; ++rep) {
-      one = std::min(one, time_algo(g, x, y, count, Algo::one_shot, a.iters));
-      two = std::min(two, time_algo(g, x, y, count, Algo::two_shot, a.iters));
+      one = std::min(one, time_algo(g, t, x, y, count, Algo::one_shot, a.iters));
+      two = std::min(two, time_algo(g, t, x, y, count, Algo::two_shot, a.iters));
     }
     r.rows.emplace_back(bytes, one, two);
     if (losses < 2) {
@@ -161,16 +217,14 @@ int write_file(const std::string& path, const std::vector<Result>& results) {
 #if SYMMEM_HAVE_NLOHMANN_JSON
   nlohmann::json j = {
       {"format", "symmem-tuning"}, {"version", 1}, {"entries", nlohmann::json::array()}};
-  const std::string sig = tuning::host_signature();
-  const std::string key = "all_reduce.one_shot_max_bytes";
   if (std::ifstream in(path); in) {
     try {
       nlohmann::json old = nlohmann::json::parse(in);
       for (const auto& e : old.at("entries")) {
         bool replaced = false;
         for (const Result& r : results)
-          replaced |= e.value("backend", "") == "host" && e.value("key", "") == key &&
-                      e.value("signature", "") == sig && e.value("world", 0) == r.world;
+          replaced |= e.value("backend", "") == r.backend && e.value("key", "") == r.key &&
+                      e.value("signature", "") == r.signature && e.value("world", 0) == r.world;
         if (!replaced) j["entries"].push_back(e);
       }
     } catch (const std::exception& e) {
@@ -180,9 +234,9 @@ int write_file(const std::string& path, const std::vector<Result>& results) {
   }
   const std::string when = utc_now();
   for (const Result& r : results)
-    j["entries"].push_back({{"backend", "host"},
-                            {"signature", sig},
-                            {"key", key},
+    j["entries"].push_back({{"backend", r.backend},
+                            {"signature", r.signature},
+                            {"key", r.key},
                             {"world", r.world},
                             {"value", r.threshold},
                             {"measured", when}});
@@ -193,8 +247,10 @@ int write_file(const std::string& path, const std::vector<Result>& results) {
     std::cerr << "symmem-tune: cannot write " << path << "\n";
     return 1;
   }
-  std::printf("# wrote %zu entries to %s (signature %s)\n", results.size(), path.c_str(),
-              sig.c_str());
+  std::printf("# wrote %zu entries to %s\n", results.size(), path.c_str());
+  for (const Result& r : results)
+    std::printf("#   %s %s, %d ranks = %lld (signature %s)\n", r.backend.c_str(), r.key.c_str(),
+                r.world, static_cast<long long>(r.threshold), r.signature.c_str());
   return 0;
 #else
   (void)results;
@@ -203,28 +259,70 @@ int write_file(const std::string& path, const std::vector<Result>& results) {
 #endif
 }
 
+// The backends to tune: host, and cuda where it can serve this rank's GPU on every rank (agreed
+// over the group, so that every rank takes the same steps). `io` keeps the cuda target's
+// buffers' reader alive.
+std::vector<Target> targets(const Group& g, const Args& a, std::unique_ptr<bench::MemIO>& io) {
+  std::vector<Target> t;
+  if (a.backend != "cuda") t.push_back({"host", Device::cpu(), "all_reduce.one_shot_max_bytes"});
+  if (a.backend == "host") return t;
+  std::string why;
+  const int gpus = bench::cuda_device_count();
+  const Device dev = Device::cuda(g.local_rank() % std::max(1, gpus));
+  int ok = 0;
+  if (gpus > 0) {
+    try {
+      ok = get_backend("cuda")->can_serve(g, dev, &why) ? 1 : 0;
+    } catch (const Error& e) {
+      why = e.what();
+    }
+    if (ok) {
+      io = bench::make_cuda_io(dev.index, &why);
+      ok = io != nullptr ? 1 : 0;
+    }
+  } else {
+    why = "no GPU (libcuda.so.1 missing or no device)";
+  }
+  int all_ok = 0;
+  OpOptions h;
+  h.device = Device::cpu();
+  all_reduce(&ok, &all_ok, 1, DType::i32, ReduceOp::min, g, h);
+  if (all_ok == 1) {
+    t.push_back({"cuda", dev, "ll_max_bytes", io.get()});
+  } else if (a.backend == "cuda") {
+    usage("the cuda backend cannot serve here" + (why.empty() ? "" : ": " + why));
+  } else if (g.rank() == 0) {
+    std::printf("# cuda: not tuned (%s)\n",
+                why.empty() ? "not every rank can use it" : why.c_str());
+  }
+  return t;
+}
+
 int run(int argc, char** argv) {
   Args a = parse(argc, argv);
   Group g = Group::from_env();
   if (g.world_size() < 2) usage("needs 2 or more ranks (symmem-run -n N -- symmem-tune)");
+  std::unique_ptr<bench::MemIO> io;
   std::vector<Result> results;
-  for (int w = 2; w <= g.world_size(); ++w) {
-    std::vector<int> ranks(static_cast<size_t>(w));
-    for (int i = 0; i < w; ++i) ranks[static_cast<size_t>(i)] = i;
-    if (g.rank() < w) {
-      Group sub = g.split(ranks);
-      Result r = tune_world(sub, a);
-      if (g.rank() == 0) {
-        std::printf("# host all_reduce, %d ranks: one_shot up to %lld bytes\n", w,
-                    static_cast<long long>(r.threshold));
-        std::printf("%12s %14s %14s\n", "bytes", "one_shot(us)", "two_shot(us)");
-        for (auto [bytes, one, two] : r.rows)
-          std::printf("%12zu %14.2f %14.2f\n", bytes, one * 1e6, two * 1e6);
-        std::fflush(stdout);
+  for (const Target& t : targets(g, a, io)) {
+    for (int w = 2; w <= g.world_size(); ++w) {
+      std::vector<int> ranks(static_cast<size_t>(w));
+      for (int i = 0; i < w; ++i) ranks[static_cast<size_t>(i)] = i;
+      if (g.rank() < w) {
+        Group sub = g.split(ranks);
+        Result r = tune_world(sub, t, a);
+        if (g.rank() == 0) {
+          std::printf("# %s all_reduce, %d ranks: %s = %lld bytes\n", t.backend.c_str(), w,
+                      t.key.c_str(), static_cast<long long>(r.threshold));
+          std::printf("%12s %14s %14s\n", "bytes", "one_shot(us)", "two_shot(us)");
+          for (auto [bytes, one, two] : r.rows)
+            std::printf("%12zu %14.2f %14.2f\n", bytes, one * 1e6, two * 1e6);
+          std::fflush(stdout);
+        }
+        results.push_back(r);
       }
-      results.push_back(r);
+      barrier(g);
     }
-    barrier(g);
   }
   if (g.rank() != 0) return 0;
   std::string path = !a.out.empty() ? a.out : tuning::write_path();

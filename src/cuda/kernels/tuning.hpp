@@ -7,8 +7,9 @@
 // and all_to_all) goes LL. Initial values come from the cost model in docs/performance.md
 // (LL moves ~4 x bytes x world^2 through HBM in total, two-shot ~2 x bytes x world plus two
 // barrier round trips) and torch's numbers in GPU.md; the values for 2 and 4 ranks are the
-// crossovers measured on the H200 (docs/performance.md, "Thresholds"). Retune with
-// bench/gpu_allreduce_bench --algos one_shot,two_shot, or override with SYMMEM_GPU_LL_MAX_BYTES.
+// crossovers measured on the H200 (docs/performance.md, "Thresholds"). symmem-tune writes a
+// measured value per machine into the tuning file, which decides where its signature matches
+// (NOTE [tuning file] in src/core/tuning.hpp); SYMMEM_GPU_LL_MAX_BYTES overrides both.
 // A value above the LL capacity of the workspace (kernels.hpp, kLLTotalDataBytes / world) is
 // clamped to it. Algo::one_shot uses LL up to that capacity, then a barrier-based one-shot.
 
