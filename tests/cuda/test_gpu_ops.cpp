@@ -121,7 +121,27 @@ uint64_t bits64(int rank, size_t i, uint32_t seed) {
   return (static_cast<uint64_t>(hi) << 32) | lo;
 }
 
+// The dtypes the cuda backend moves but does not reduce (rows with gpu = 0: uint8, int8, bool,
+// int16, uint16/32/64, complex64/128; NOTE [GPU dtypes] in src/cuda/gpu_rules.hpp).
+std::vector<DType> moved_only_dtypes() {
+  std::vector<DType> v;
+  for (size_t i = 0; i < dtype_table_size(); ++i)
+    if (!dtype_table()[i].gpu_reduce) v.push_back(dtype_table()[i].dtype);
+  return v;
+}
+
 std::vector<char> make_input(DType t, int rank, size_t count, uint32_t seed, size_t first = 0) {
+  if (!dtype_info(t).gpu_reduce) {
+    // Moved only: every byte hashed from (rank, byte index, seed); bool holds 0 or 1.
+    const size_t es = dtype_size(t);
+    std::vector<char> out(count * es);
+    for (size_t b = 0; b < out.size(); ++b) {
+      const uint32_t h =
+          mix(static_cast<uint32_t>(first * es + b) * 2654435761u ^ mix(seed * 97u + rank));
+      out[b] = static_cast<char>(t == DType::b8 ? (h >> 9) & 1 : h >> 8);
+    }
+    return out;
+  }
   if (t == DType::i32 || t == DType::i64 || t == DType::f64) {
     std::vector<char> out(count * dtype_size(t));
     for (size_t i = 0; i < count; ++i) {
@@ -682,6 +702,91 @@ TEST(GpuOps, AllToAllVCapacityExceededIsReported) {
   barrier(g, opts(s.get()));
   s.sync();
   g.store_barrier();
+}
+
+// ---- dtypes that are only moved --------------------------------------------------------------
+// Every op that moves data takes every dtype on the GPU (issue #23): all_gather (ordinary,
+// symmetric, in place), all_to_all, broadcast and all_to_all_v through the same checks as the
+// kernels' dtypes, at counts that take the LL path, the barrier kernels and odd tails.
+TEST(GpuOps, MovedOnlyDtypes) {
+  const Group& g = g_group;
+  uint32_t seed = 9000;
+  for (DType t : moved_only_dtypes()) {
+    for (size_t c : {size_t{1}, size_t{3}, size_t{4099}, size_t{200001}}) {
+      for (int mode = 0; mode < 3; ++mode) check_all_gather(t, c, mode, seed++);
+      check_all_to_all(t, c, false, seed++);
+      check_all_to_all(t, c, true, seed++);
+      for (int root = 0; root < g.world_size(); ++root) {
+        SCOPED_TRACE(std::string("broadcast ") + to_string(t) + " root " + std::to_string(root) +
+                     " count " + std::to_string(c));
+        const size_t es = dtype_size(t);
+        Stream s;
+        const auto want = make_input(t, root, c, seed++);
+        DevBuf recv(c * es, es);
+        DevBuf send(c * es, 3 * es);
+        if (g.rank() == root) upload(send.get(), want);
+        broadcast(g.rank() == root ? send.get() : nullptr, recv.get(), c, t, root, g,
+                  opts(s.get()));
+        s.sync();
+        EXPECT_BYTES_EQ(download(recv.get(), c * es), want, es, "result");
+      }
+    }
+    check_all_to_all_v(t, false, false, seed++);
+    check_all_to_all_v(t, true, true, seed++);
+  }
+}
+
+// put/get move bytes whatever the dtype; a put of a complex64 array at an element offset and a
+// get of an int16 one back, checked exactly.
+TEST(GpuOps, PutGetMovedOnlyDtypes) {
+  const Group& g = g_group;
+  const int n = g.world_size();
+  const int r = g.rank();
+  const int next = (r + 1) % n;
+  const int prev = (r + n - 1) % n;
+  for (DType t : {DType::c64, DType::i16, DType::u8, DType::b8}) {
+    SCOPED_TRACE(std::string("put/get ") + to_string(t));
+    const size_t es = dtype_size(t);
+    const size_t count = 5001;
+    const size_t bytes = count * es;
+    Stream s;
+    auto buf = alloc_on(g, bytes + 8 * es);
+    const auto mine = make_input(t, r, count, 9500);
+    DevBuf src(bytes, es);
+    upload(src.get(), mine);
+    buf.barrier(0, kTimeout, s.get());
+    P2POptions po;
+    static_cast<OpOptions&>(po) = opts(s.get());
+    po.signal = true;
+    po.channel = 2;
+    put(buf, 3 * es, src.get(), bytes, next, po);
+    buf.wait_signal(prev, 2, kTimeout, s.get());
+    s.sync();
+    EXPECT_BYTES_EQ(download(static_cast<char*>(buf.ptr(r)) + 3 * es, bytes),
+                    make_input(t, prev, count, 9500), es, "put data");
+    buf.barrier(0, kTimeout, s.get());
+    DevBuf dst(bytes, es);
+    get(buf, 3 * es, dst.get(), bytes, next, po);
+    buf.wait_signal(prev, 2, kTimeout, s.get());
+    s.sync();
+    EXPECT_BYTES_EQ(download(dst.get(), bytes), mine, es, "get data");
+    buf.barrier(0, kTimeout, s.get());
+    s.sync();
+  }
+}
+
+// Reductions keep the gpu column: an all_reduce of uint8 on the GPU is Unsupported, and the
+// error names the ops that take uint8 there.
+TEST(GpuOps, ReductionOfAMovedOnlyDtypeIsUnsupported) {
+  const Group& g = g_group;
+  Stream s;
+  DevBuf in(16 * 8 * g.world_size()), out(16 * 8 * g.world_size());
+  expect_error(
+      [&] { all_reduce(in.get(), out.get(), 16, DType::u8, ReduceOp::sum, g, opts(s.get())); },
+      ErrorCode::Unsupported, {"all_reduce", "uint8", "all_gather", "broadcast"});
+  expect_error(
+      [&] { reduce_scatter(in.get(), out.get(), 1, DType::c64, ReduceOp::sum, g, opts(s.get())); },
+      ErrorCode::Unsupported, {"reduce_scatter", "complex64", "all_to_all"});
 }
 
 // ---- zero-copy agreement
