@@ -44,6 +44,9 @@ endforeach()
 # GPU waits that time out (issues #17, #24): two ranks on one GPU.
 symmem_py_test(python_gpu_waits_2 NP 2 TIMEOUT 120 FILES test_gpu_mp.py LABELS gpu
                ENV "SYMMEM_ALLOW_SHARED_GPU=1")
+# NVSHMEM-style signals and the dtypes that are only moved, on the GPU (issue #23): two ranks.
+symmem_py_test(python_gpu_signals_2 NP 2 TIMEOUT 240 FILES test_gpu_signals.py LABELS gpu
+               ENV "SYMMEM_ALLOW_SHARED_GPU=1")
 
 # Abort, shrink and grow (issue #17): the last of 3 ranks dies, symmem-run starts it again.
 if(TARGET symmem-run)
