@@ -712,7 +712,11 @@ TEST(GpuOps, MovedOnlyDtypes) {
   const Group& g = g_group;
   uint32_t seed = 9000;
   for (DType t : moved_only_dtypes()) {
-    for (size_t c : {size_t{1}, size_t{3}, size_t{4099}, size_t{200001}}) {
+    // Every moved-only row at a size in each path; the ones issue #23 names at every size.
+    const bool named = t == DType::u8 || t == DType::i8 || t == DType::b8 || t == DType::i16 ||
+                       t == DType::c64 || t == DType::c128;
+    for (size_t c : {size_t{3}, size_t{4099}, size_t{200001}}) {
+      if (!named && c == 4099) continue;
       for (int mode = 0; mode < 3; ++mode) check_all_gather(t, c, mode, seed++);
       check_all_to_all(t, c, false, seed++);
       check_all_to_all(t, c, true, seed++);
