@@ -793,6 +793,53 @@ TEST(GpuOps, ReductionOfAMovedOnlyDtypeIsUnsupported) {
       ErrorCode::Unsupported, {"reduce_scatter", "complex64", "all_to_all"});
 }
 
+// ---- NVSHMEM-style signals (issue #23) ------------------------------------------------------
+// signal_op / wait_until on raw pad slots of GPU memory (NOTE [GPU signals] in
+// src/cuda/signals.hpp): a ring (each rank signals the next), each comparison, a wrapping add, a
+// timeout on the null stream naming slot, comparison and value, and the enqueued forms on a
+// stream. Slots from channel 8 on, clear of the channels the other tests use.
+TEST(GpuOps, SignalOpAndWaitUntil) {
+  const Group& g = g_group;
+  const int n = g.world_size();
+  const int r = g.rank();
+  const int next = (r + 1) % n;
+  const int prev = (r + n - 1) % n;
+  const size_t base = 8 * static_cast<size_t>(n);
+  auto buf = alloc_on(g, 4096);
+  // Data written before the signal is visible to the next rank once it sees the signal.
+  upload(buf.ptr(r), std::vector<char>(4096, static_cast<char>(r + 1)));
+  buf.signal_op(next, base + r, 7, SignalOp::set);  // null stream: synchronous
+  EXPECT_EQ(buf.wait_until(base + prev, Cmp::eq, 7, kTimeout), 7u);
+  EXPECT_EQ(download(buf.ptr(prev), 4096), std::vector<char>(4096, static_cast<char>(prev + 1)));
+  buf.signal_op(next, base + n + r, 5, SignalOp::add);
+  buf.signal_op(next, base + n + r, 5, SignalOp::add);
+  EXPECT_EQ(buf.wait_until(base + n + prev, Cmp::ge, 10, kTimeout), 10u);
+  EXPECT_EQ(buf.wait_until(base + n + prev, Cmp::gt, 9, kTimeout), 10u);
+  EXPECT_EQ(buf.wait_until(base + n + prev, Cmp::ne, 0, kTimeout), 10u);
+  const size_t own = base + 2 * static_cast<size_t>(n);
+  buf.signal_op(r, own, 3, SignalOp::set);
+  EXPECT_EQ(buf.wait_until(own, Cmp::lt, 4, kTimeout), 3u);
+  EXPECT_EQ(buf.wait_until(own, Cmp::le, 3, kTimeout), 3u);
+  buf.signal_op(r, own + 1, 0xFFFFFFFFu, SignalOp::set);
+  buf.signal_op(r, own + 1, 2, SignalOp::add);  // wraps
+  EXPECT_EQ(buf.wait_until(own + 1, Cmp::eq, 1, kTimeout), 1u);
+  const auto t0 = std::chrono::steady_clock::now();
+  expect_error([&] { buf.wait_until(own, Cmp::gt, 5, Millis{300}); }, ErrorCode::Timeout,
+               {"wait_until", "slot", "gt 5", "holds 3"});
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(250));
+  // On a stream: enqueued, ordered with the stream's work; wait_until returns 0.
+  Stream s;
+  const size_t ring = base + 3 * static_cast<size_t>(n);
+  buf.signal_op(next, ring + r, 1, SignalOp::add, s.get());
+  EXPECT_EQ(buf.wait_until(ring + prev, Cmp::eq, 1, kTimeout, s.get()), 0u);
+  s.sync();
+  // A timeout there is raised by the next call of the process.
+  buf.wait_until(own, Cmp::eq, 99, Millis{100}, s.get());
+  s.sync();
+  expect_error([&] { buf.signal_op(r, own, 3, SignalOp::set); }, ErrorCode::Timeout, {"timed out"});
+  g.store_barrier();
+}
+
 // ---- zero-copy agreement
 // ----------------------------------------------------------------------------
 TEST(GpuOps, ZeroCopyDisagreementIsReported) {
