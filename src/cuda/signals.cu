@@ -131,8 +131,10 @@ class HeldWord {
  public:
   explicit HeldWord(int32_t* w) : w_(w) {}
   ~HeldWord() {
-    if (w_ != nullptr) result_words().give(w_);
+    if (w_ != nullptr && !kept_) result_words().give(w_);
   }
+  // After a CUDA error the kernel may still run and write the word: never hand it out again.
+  void keep() { kept_ = true; }
   HeldWord(const HeldWord&) = delete;
   HeldWord& operator=(const HeldWord&) = delete;
   int32_t* get() const { return w_; }
@@ -143,6 +145,7 @@ class HeldWord {
 
  private:
   int32_t* w_;
+  bool kept_ = false;
 };
 
 }  // namespace
@@ -209,6 +212,7 @@ uint32_t device_wait_until(DeviceHandle h, const uint32_t* target, size_t slot, 
     if (err.code() == ErrorCode::Timeout && word.state() == kResultEnded) {
       throw_error(ErrorCode::Timeout, name, rank, timed_out());
     }
+    if (err.code() == ErrorCode::Cuda) word.keep();
     throw;
   }
   if (word.state() == kResultSeen) return word.seen();
