@@ -257,6 +257,16 @@ if [ -n "$SYMMEM_RUN" ] && [ -n "$SYMMEM_BENCH" ]; then
        -b 24 -e 4194304 -f 7 -n 5 -w 1 --json '$OUT/bench_cuda_f64_avg.jsonl' &&
      '$SYMMEM_RUN' -n 2 -- '$SYMMEM_BENCH' --backend cuda --op all_reduce --dtype i64 --redop max \
        -b 24 -e 4194304 -f 7 -n 5 -w 1 --json '$OUT/bench_cuda_i64_max.jsonl'"
+  # The dtypes that are only moved (issue #23: uint8, int8, bool, int16, complex64, and
+  # complex128 for elements wider than the LL path's 8-byte units) through every data-movement op
+  # on the cuda kernels, checked exactly (the reductions print "skipped": those dtypes are moved,
+  # not reduced); LL, barrier and odd tails. test_gpu_ops covers every moved-only row.
+  STEP_DETAIL="--op all, u8 i8 b8 i16 c64 c128 (moved only), 2 ranks, 21 B..2.4 MiB" \
+    run_step bench_cuda_moved_dtypes 120 env SYMMEM_ALLOW_SHARED_GPU=1 SYMMEM_TIMEOUT_MS=30000 \
+    bash -c "for dt in u8 i8 b8 i16 c64 c128; do
+       '$SYMMEM_RUN' -n 2 -- '$SYMMEM_BENCH' --backend cuda --op all --dtype \$dt -b 21 -e 4194304 \
+         -f 7 -n 3 -w 1 --json '$OUT/bench_cuda_'\$dt'.jsonl' || exit 1
+     done"
   # The flight recorder on the GPU (issue #18): 4 ranks, every op, dumps at exit with the
   # kernels' device times; symmem-trace and its Perfetto timeline; the recorder's cost.
   STEP_DETAIL="--op all bf16, 4 ranks, --trace: device times, symmem-trace, Perfetto" \

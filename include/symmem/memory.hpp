@@ -86,8 +86,10 @@ class SYMMEM_API SymmetricMemory {
   // wait_until waits until this rank's slot `slot` compares `cmp` to `value` (unsigned), with
   // acquire order, and returns the value it saw; it neither resets nor consumes the slot.
   // Errors and timeouts are those of barrier (Timeout names the slot, the comparison and the
-  // value held; a dead peer is a PeerFailure; an aborted group Aborted). Host backend so far
-  // (GPU backends: Unsupported).
+  // value held; a dead peer is a PeerFailure; an aborted group Aborted). Host and cuda
+  // backends (nccl, nvshmem: Unsupported). On GPU memory they are enqueued on `stream`; on the
+  // null stream they are synchronous, and on another stream wait_until returns 0 and a timeout
+  // is raised by the next synchronising call (NOTE [GPU signals] in src/cuda/signals.hpp).
   void signal_op(int peer, size_t slot, uint32_t value, SignalOp op = SignalOp::set,
                  Stream stream = nullptr) const;
   uint32_t wait_until(size_t slot, Cmp cmp, uint32_t value, Millis timeout = kDefaultTimeout,

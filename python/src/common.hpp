@@ -92,7 +92,8 @@ void bind_errors(nb::module_& m);
 void bind_core(nb::module_& m);    // types, env, stores, groups
 void bind_memory(nb::module_& m);  // SymmetricMemory, SymmetricArray, allocate, empty
 void bind_ops(nb::module_& m);
-void bind_moe(nb::module_& m);  // moe_layout, moe_dispatch, moe_combine
+void bind_moe(nb::module_& m);      // moe_layout, moe_dispatch, moe_combine
+void bind_mempool(nb::module_& m);  // the allocator of symmem.torch.mempool (mempool.cpp)
 
 // The process's default group (set by the first Group.from_env(), or set_default_group()).
 nb::object& default_group_slot();

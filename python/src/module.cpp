@@ -811,4 +811,5 @@ NB_MODULE(_C, m) {
   symmem::py::bind_memory(m);
   symmem::py::bind_ops(m);
   symmem::py::bind_moe(m);
+  symmem::py::bind_mempool(m);
 }

@@ -499,8 +499,13 @@ def test_subgroups():
     dist.barrier()
 
 
-def test_mempool_is_cuda_only():
-    if not torch.cuda.is_available():
-        pytest.skip("torch.cuda.MemPool needs a CUDA GPU (and symmem's MemPool, docs/torch.md)")
-    with pytest.raises(NotImplementedError):
+def test_mempool_needs_a_gpu():
+    # On a GPU the pool is tested by test_gpu_mempool.py; here the errors name the device.
+    with pytest.raises(symmem.InvalidArgument, match="'cpu' is not a CUDA device"):
+        symm_mem.get_mem_pool("cpu")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the pool is tested by test_gpu_mempool.py")
+    with pytest.raises(symmem.BackendUnavailable, match="device 'cuda'"):
         symm_mem.get_mem_pool("cuda")
+    with pytest.raises(symmem.BackendUnavailable, match="device 'cuda:1'"):
+        symmem.torch.mempool(None, "cuda:1")

@@ -57,6 +57,12 @@ symmem_py_test(python_gpu_waits_2 NP 2 TIMEOUT 120 FILES test_gpu_mp.py LABELS g
 # Two ranks on cuda:0 without SYMMEM_ALLOW_SHARED_GPU: a clear error on every rank (issue #24).
 symmem_py_test(python_gpu_refuse_2 NP 2 TIMEOUT 120 FILES test_gpu_refuse.py LABELS gpu
                ENV "SYMMEM_BACKEND=cuda")
+# NVSHMEM-style signals and the dtypes that are only moved, on the GPU (issue #23): two ranks.
+symmem_py_test(python_gpu_signals_2 NP 2 TIMEOUT 240 FILES test_gpu_signals.py LABELS gpu
+               ENV "SYMMEM_ALLOW_SHARED_GPU=1")
+# A torch MemPool over symmetric memory (issue #23): two ranks on the GPU.
+symmem_py_test(python_gpu_mempool_2 NP 2 TIMEOUT 120 FILES test_gpu_mempool.py LABELS gpu
+               ENV "SYMMEM_ALLOW_SHARED_GPU=1")
 
 # Abort, shrink and grow (issue #17): the last of 3 ranks dies, symmem-run starts it again.
 if(TARGET symmem-run)

@@ -9,6 +9,7 @@
 #include "cuda/cuda_memory.hpp"
 #include "cuda/cuda_ops.hpp"
 #include "cuda/driver.hpp"
+#include "cuda/gpu_rules.hpp"
 #include "cuda/peer_tables.hpp"
 #include "cuda/timeout_record.hpp"
 #include "symmem/backend.hpp"
@@ -19,9 +20,9 @@ namespace {
 
 class CudaBackend final : public Backend {
  public:
-  // Every op, for the dtypes its kernels reduce (NOTE [dtype table]), on GPU memory.
-  CudaBackend()
-      : Backend({{OpSet::all(), DTypeSet::gpu_reducible(), DeviceTypeSet::of(DeviceType::cuda)}}) {}
+  // Every op on GPU memory: the ops that move data for every dtype, the reductions for the
+  // dtypes its kernels reduce (NOTE [GPU dtypes] in gpu_rules.hpp).
+  CudaBackend() : Backend(gpu_rules(OpSet::all())) {}
   const char* name() const override { return "cuda"; }
 
   bool can_serve(const Group& group, Device device, std::string* why) const override {

@@ -15,6 +15,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_sync.hpp"
 #include "cuda/driver.hpp"
+#include "cuda/signals.hpp"
 #include "cuda/timeout_record.hpp"
 #include "symmem/env.hpp"
 
@@ -545,6 +546,19 @@ void CudaMemory::put_signal(int dst, int channel, Millis timeout, Stream stream)
 void CudaMemory::wait_signal(int src, int channel, Millis timeout, Stream stream) {
   run_device_sync(SyncKind::wait_signal, device_handle(0, bytes_), src, channel, timeout, stream,
                   device_);
+}
+
+void CudaMemory::signal_op(int peer, size_t slot, uint32_t value, SignalOp op, Stream stream) {
+  uint32_t* pad = signal_pad(peer);  // the core checked peer and slot
+  device_signal_op(device_handle(0, bytes_), pad != nullptr ? pad + slot : nullptr, peer, slot,
+                   value, op, stream, device_);
+}
+
+uint32_t CudaMemory::wait_until(size_t slot, Cmp cmp, uint32_t value, Millis timeout,
+                                Stream stream) {
+  uint32_t* pad = signal_pad(rank_);
+  return device_wait_until(device_handle(0, bytes_), pad != nullptr ? pad + slot : nullptr, slot,
+                           cmp, value, timeout, stream, device_);
 }
 
 }  // namespace symmem::cuda

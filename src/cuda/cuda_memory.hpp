@@ -48,6 +48,9 @@ class CudaMemory final : public BackendMemory {
   void barrier(int channel, Millis timeout, Stream stream) override;
   void put_signal(int dst, int channel, Millis timeout, Stream stream) override;
   void wait_signal(int src, int channel, Millis timeout, Stream stream) override;
+  // NVSHMEM-style signals on raw pad slots (NOTE [GPU signals] in cuda/signals.hpp).
+  void signal_op(int peer, size_t slot, uint32_t value, SignalOp op, Stream stream) override;
+  uint32_t wait_until(size_t slot, Cmp cmp, uint32_t value, Millis timeout, Stream stream) override;
   DeviceHandle device_handle(size_t offset, size_t length) const override;
 
   int device() const { return device_; }

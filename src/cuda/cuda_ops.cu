@@ -55,6 +55,7 @@
 #include "cuda/timeout_record.hpp"
 #include "symmem/env.hpp"
 #include "symmem/error.hpp"
+#include "symmem/op_table.hpp"
 
 namespace K = symmem::cuda::kernels;
 using symmem::Algo;
@@ -647,14 +648,40 @@ Ws get_ws(const Call& c, size_t data_bytes) {
   return w;
 }
 
-K::KType ktype(const Call& c) {
+// The kernel type of an op's elements (NOTE [GPU dtypes] in cuda/gpu_rules.hpp). Reductions
+// compute in the dtype, so they need a row with gpu 1 (the backends' rules refuse the others
+// before this; checked again here). Ops that only move data take any row: the LL gather path is
+// the only one that takes a type, and only for its element size, so a row without a kernel type
+// runs as the kernel type of the same size, and an element wider than 8 bytes (complex128) as
+// `units` 8-byte elements each.
+struct KernelType {
+  K::KType type;
+  int64_t units = 1;  // kernel elements per element of the dtype
+};
+KernelType ktype(const Call& c) {
   const symmem::DTypeInfo& t = symmem::dtype_info(c.a.dtype);
-  if (!t.gpu_reduce) {
+  if (t.gpu_reduce) return {static_cast<K::KType>(c.a.dtype)};
+  if (symmem::op_info(c.a.kind).reduces()) {
     symmem::throw_error(ErrorCode::Unsupported, c.op, c.rank,
-                        std::string("the cuda backend has no ") + c.op + " for dtype " +
-                            t.short_name + " (the host backend has it)");
+                        std::string("the cuda kernels have no ") + c.op + " for dtype " +
+                            t.short_name +
+                            " (they move it but do not reduce it; the host "
+                            "backend reduces it where its row says so)");
   }
-  return static_cast<K::KType>(c.a.dtype);
+  switch (t.size) {
+    case 1:
+      return {K::KType::f8e4m3};
+    case 2:
+      return {K::KType::f16};
+    case 4:
+      return {K::KType::i32};
+    default:
+      if (t.size % 8 == 0) return {K::KType::i64, static_cast<int64_t>(t.size / 8)};
+      break;
+  }
+  symmem::throw_error(ErrorCode::Internal, c.op, c.rank,
+                      std::string("dtype ") + t.short_name + " has an element size (" +
+                          std::to_string(t.size) + " bytes) the cuda kernels cannot move");
 }
 
 size_t builtin_ll_threshold(int world) {
@@ -712,7 +739,8 @@ void run_ll(const Call& c, const void* send, void* recv, size_t count, int64_t s
   k.slot_bytes = w.L.ll_slot_bytes;
   k.send = static_cast<const char*>(send);
   k.recv = static_cast<char*>(recv);
-  k.count = static_cast<int64_t>(count);
+  const KernelType kt = ktype(c);
+  k.count = static_cast<int64_t>(count) * kt.units;
   k.send_stride = send_stride;
   k.recv_stride = recv_stride;
   k.reduce = reduce;
@@ -721,7 +749,7 @@ void run_ll(const Call& c, const void* send, void* recv, size_t count, int64_t s
   const int blocks = blocks_for(c, units, K::kThreads);
   symmem::detail::KernelRange range(reduce ? "ll_reduce" : "ll_gather",
                                     blocks);  // NOTE [nvtx ranges]
-  check_launch(c, K::launch_ll(k, ktype(c), blocks, c.stream), "launch_ll");
+  check_launch(c, K::launch_ll(k, kt.type, blocks, c.stream), "launch_ll");
 }
 
 bool ll_fits(const Call& c, size_t piece_bytes, bool forced) {
@@ -787,7 +815,7 @@ void all_reduce(const Call& c) {
   const int64_t per_rank = two_shot ? (units + c.world - 1) / c.world : units;
   const int blocks = blocks_for(c, per_rank, K::kThreads * kUnitsPerThread);
   symmem::detail::KernelRange range(kernel_name(k.mode), blocks);  // NOTE [nvtx ranges]
-  check_launch(c, K::launch_reduce(k, ktype(c), blocks, c.stream), "launch_reduce");
+  check_launch(c, K::launch_reduce(k, ktype(c).type, blocks, c.stream), "launch_reduce");
 }
 
 // ---- reduce_scatter ----------------------------------------------------------------------------
@@ -817,7 +845,7 @@ void reduce_scatter(const Call& c) {
   const int64_t units = static_cast<int64_t>((n + 15) / 16);
   const int blocks = blocks_for(c, units, K::kThreads * 2);
   symmem::detail::KernelRange range(kernel_name(k.mode), blocks);  // NOTE [nvtx ranges]
-  check_launch(c, K::launch_reduce(k, ktype(c), blocks, c.stream), "launch_reduce");
+  check_launch(c, K::launch_reduce(k, ktype(c).type, blocks, c.stream), "launch_reduce");
 }
 
 // ---- all_gather / all_to_all / broadcast / barrier

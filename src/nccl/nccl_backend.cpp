@@ -9,6 +9,7 @@
 #include "core/log.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/cuda_ops.hpp"
+#include "cuda/gpu_rules.hpp"
 #include "nccl/nccl_memory.hpp"
 #include "nccl/nccl_util.hpp"
 
@@ -55,9 +56,10 @@ constexpr OpSet kOps =
                OpKind::all_to_all_v, OpKind::broadcast, OpKind::put, OpKind::get, OpKind::barrier});
 }  // namespace
 
-// These ops, for the cuda kernels' dtypes (NCCL has them all too), on GPU memory.
-NcclBackend::NcclBackend()
-    : Backend({{kOps, DTypeSet::gpu_reducible(), DeviceTypeSet::of(DeviceType::cuda)}}) {
+// These ops on GPU memory: the ones that move data for every dtype (as bytes through NCCL where
+// the peer-pointer kernels cannot run), the reductions for the cuda kernels' dtypes, which NCCL
+// has too (NOTE [GPU dtypes] in cuda/gpu_rules.hpp).
+NcclBackend::NcclBackend() : Backend(cuda::gpu_rules(kOps)) {
   g_backend = this;
 }
 

@@ -15,7 +15,7 @@ namespace {
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
-// Rows with gpu 0 are not served by this backend (its rules): no case.
+// Rows with gpu 0 are not reduced by this backend (its rules); it moves them as bytes: no case.
 #define SYMMEM_NCCL_TYPE_(id, value, size, dl, kind, gpu, suffix, ...) \
   SYMMEM_DTYPE_IF_##gpu(case DType::id : return nccl##suffix;)
     SYMMEM_DTYPES(SYMMEM_NCCL_TYPE_)
@@ -59,6 +59,9 @@ void NcclBackend::run_nccl_fallback(const OpArgs& a, Comm& c) {
   auto stream = static_cast<cudaStream_t>(a.stream);
   const ncclDataType_t type = nccl_type(a.dtype);
   const size_t esize = dtype_size(a.dtype);
+  // Data movement goes as bytes, so it takes every dtype (NOTE [GPU dtypes] in
+  // cuda/gpu_rules.hpp); reductions use the dtype's NCCL type.
+  const size_t bytes = a.count * esize;
   SYMMEM_LOG(TRACE, COLL) << "nccl: " << op << " through NCCL collectives (peers outside the "
                           << "LSA team of " << c.lsa.n_ranks << ")";
   switch (a.kind) {
@@ -74,19 +77,19 @@ void NcclBackend::run_nccl_fallback(const OpArgs& a, Comm& c) {
       return;
     case OpKind::all_gather:
       SYMMEM_NCCL_CHECK(op, rank, c.comm,
-                        ncclAllGather(a.send, a.recv, a.count, type, c.comm, stream));
+                        ncclAllGather(a.send, a.recv, bytes, ncclUint8, c.comm, stream));
       return;
     case OpKind::broadcast:
       SYMMEM_NCCL_CHECK(op, rank, c.comm,
-                        ncclBroadcast(a.send, a.recv, a.count, type, a.root, c.comm, stream));
+                        ncclBroadcast(a.send, a.recv, bytes, ncclUint8, a.root, c.comm, stream));
       return;
     case OpKind::all_to_all: {
       SYMMEM_NCCL_CHECK(op, rank, c.comm, ncclGroupStart());
       for (int p = 0; p < c.world; ++p) {
-        const char* s = static_cast<const char*>(a.send) + p * a.count * esize;
-        char* r = static_cast<char*>(a.recv) + p * a.count * esize;
-        SYMMEM_NCCL_CHECK(op, rank, c.comm, ncclSend(s, a.count, type, p, c.comm, stream));
-        SYMMEM_NCCL_CHECK(op, rank, c.comm, ncclRecv(r, a.count, type, p, c.comm, stream));
+        const char* s = static_cast<const char*>(a.send) + p * bytes;
+        char* r = static_cast<char*>(a.recv) + p * bytes;
+        SYMMEM_NCCL_CHECK(op, rank, c.comm, ncclSend(s, bytes, ncclUint8, p, c.comm, stream));
+        SYMMEM_NCCL_CHECK(op, rank, c.comm, ncclRecv(r, bytes, ncclUint8, p, c.comm, stream));
       }
       SYMMEM_NCCL_CHECK(op, rank, c.comm, ncclGroupEnd());
       return;

@@ -8,6 +8,7 @@
 #include "core/log.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/cuda_ops.hpp"
+#include "cuda/gpu_rules.hpp"
 #include "nvshmem/nvshmem_memory.hpp"
 #include "nvshmem/nvshmem_runtime.hpp"
 
@@ -29,11 +30,12 @@ constexpr OpSet kOps =
                OpKind::all_to_all_v, OpKind::broadcast, OpKind::put, OpKind::get, OpKind::barrier});
 }  // namespace
 
-// These ops, for the cuda kernels' dtypes (NOTE [dtype table]), on GPU memory. NVSHMEM's own
-// team reductions, used when a peer is not directly reachable, have no fp8 and say so when asked
-// (they have f32, f64, f16, bf16, i32 and i64).
-NvshmemBackend::NvshmemBackend()
-    : Backend({{kOps, DTypeSet::gpu_reducible(), DeviceTypeSet::of(DeviceType::cuda)}}) {}
+// These ops on GPU memory: the ones that move data for every dtype (their paths move bytes:
+// putmem, fcollectmem, the cuda kernels), the reductions for the cuda kernels' dtypes (NOTE [GPU
+// dtypes] in cuda/gpu_rules.hpp). NVSHMEM's own team reductions, used when a peer is not
+// directly reachable, have no fp8 and say so when asked (they have f32, f64, f16, bf16, i32 and
+// i64).
+NvshmemBackend::NvshmemBackend() : Backend(cuda::gpu_rules(kOps)) {}
 
 std::shared_ptr<BackendMemory> NvshmemBackend::allocate(const Group& group,
                                                         const RendezvousInfo& info) {

@@ -302,6 +302,65 @@ TEST(GpuBackend, Subgroup) {
 
 // ---- ops --------------------------------------------------------------------------------------
 
+// Dtypes that are only moved (issue #23; NOTE [GPU dtypes] in src/cuda/gpu_rules.hpp):
+// all_gather, all_to_all and broadcast move their bytes exactly, through the cuda kernels or the
+// backend's own transfers (NCCL as ncclUint8, NVSHMEM putmem/fcollectmem); a reduction of one is
+// Unsupported naming the ops that take it.
+TEST(GpuBackend, MovedOnlyDtypes) {
+  auto& e = suite_env();
+  const int r = e.group.rank(), w = e.group.world_size();
+  auto byte = [](int rank, size_t i, DType t) {
+    const unsigned v = static_cast<unsigned>(rank * 131 + i * 7 + 3);
+    return static_cast<unsigned char>(t == DType::b8 ? v & 1 : v & 0xff);
+  };
+  for (DType t : {DType::u8, DType::i8, DType::b8, DType::i16, DType::c64}) {
+    for (size_t n : {size_t{5}, size_t{70001}}) {
+      const std::string what = std::string(to_string(t)) + " x " + std::to_string(n);
+      const size_t es = dtype_size(t), bytes = n * es;
+      DeviceBuffer send(bytes * w), recv(bytes * w);
+      std::vector<unsigned char> in(bytes * w), want(bytes * w), got(bytes * w);
+      // all_gather: rank r's block is byte(r, i).
+      for (size_t i = 0; i < bytes; ++i) in[i] = byte(r, i, t);
+      for (int p = 0; p < w; ++p)
+        for (size_t i = 0; i < bytes; ++i) want[p * bytes + i] = byte(p, i, t);
+      SUITE_CUDA(cudaMemcpy(send.p, in.data(), bytes, cudaMemcpyHostToDevice));
+      SUITE_CUDA(cudaDeviceSynchronize());
+      all_gather(send.p, recv.p, n, t, e.group, op_opts());
+      SUITE_CUDA(cudaDeviceSynchronize());
+      SUITE_CUDA(cudaMemcpy(got.data(), recv.p, bytes * w, cudaMemcpyDeviceToHost));
+      EXPECT_TRUE(got == want) << "all_gather " << what;
+      // all_to_all: block p of rank r is byte(r * w + p, i); block q received is from rank q.
+      for (int p = 0; p < w; ++p)
+        for (size_t i = 0; i < bytes; ++i) {
+          in[p * bytes + i] = byte(r * w + p, i, t);
+          want[p * bytes + i] = byte(p * w + r, i, t);
+        }
+      SUITE_CUDA(cudaMemcpy(send.p, in.data(), bytes * w, cudaMemcpyHostToDevice));
+      SUITE_CUDA(cudaDeviceSynchronize());
+      all_to_all(send.p, recv.p, n, t, e.group, op_opts());
+      SUITE_CUDA(cudaDeviceSynchronize());
+      SUITE_CUDA(cudaMemcpy(got.data(), recv.p, bytes * w, cudaMemcpyDeviceToHost));
+      EXPECT_TRUE(got == want) << "all_to_all " << what;
+      // broadcast from the last rank.
+      const int root = w - 1;
+      for (size_t i = 0; i < bytes; ++i) in[i] = byte(1000 + root, i, t);
+      if (r == root) {
+        SUITE_CUDA(cudaMemcpy(send.p, in.data(), bytes, cudaMemcpyHostToDevice));
+        SUITE_CUDA(cudaDeviceSynchronize());
+      }
+      broadcast(send.p, recv.p, n, t, root, e.group, op_opts());
+      SUITE_CUDA(cudaDeviceSynchronize());
+      got.assign(bytes, 0);
+      SUITE_CUDA(cudaMemcpy(got.data(), recv.p, bytes, cudaMemcpyDeviceToHost));
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), in.begin())) << "broadcast " << what;
+    }
+  }
+  DeviceBuffer x(64 * w), y(64 * w);
+  test::expect_error(
+      [&] { all_reduce(x.p, y.p, 16, DType::u8, ReduceOp::sum, e.group, op_opts()); },
+      ErrorCode::Unsupported, {"all_reduce", "uint8", "all_gather"});
+}
+
 class GpuOps : public ::testing::TestWithParam<std::tuple<DType, size_t>> {};
 
 TEST_P(GpuOps, AllReduce) {

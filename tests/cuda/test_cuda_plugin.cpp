@@ -25,6 +25,15 @@ TEST(CudaPlugin, LoadsOrSaysWhy) {
       EXPECT_TRUE(b->supports(OpKind::all_reduce, t, DeviceType::cuda)) << to_string(t);
       EXPECT_TRUE(b->supports(OpKind::all_to_all_v, t, DeviceType::cuda)) << to_string(t);
     }
+    // Data movement takes every dtype, reductions the gpu rows only (NOTE [GPU dtypes]).
+    for (DType t : {DType::u8, DType::i8, DType::b8, DType::i16, DType::c64, DType::c128}) {
+      for (OpKind k : {OpKind::all_gather, OpKind::all_to_all, OpKind::all_to_all_v,
+                       OpKind::broadcast, OpKind::put, OpKind::get}) {
+        EXPECT_TRUE(b->supports(k, t, DeviceType::cuda)) << to_string(k) << " " << to_string(t);
+      }
+      EXPECT_FALSE(b->supports(OpKind::all_reduce, t, DeviceType::cuda)) << to_string(t);
+      EXPECT_FALSE(b->supports(OpKind::reduce_scatter, t, DeviceType::cuda)) << to_string(t);
+    }
     EXPECT_FALSE(b->supports(OpKind::all_reduce, DType::bf16, DeviceType::cpu));
     EXPECT_TRUE(b->supports(OpKind::put, DType::f64, DeviceType::cuda));  // bytes: no dtype
   } else {

@@ -121,7 +121,27 @@ uint64_t bits64(int rank, size_t i, uint32_t seed) {
   return (static_cast<uint64_t>(hi) << 32) | lo;
 }
 
+// The dtypes the cuda backend moves but does not reduce (rows with gpu = 0: uint8, int8, bool,
+// int16, uint16/32/64, complex64/128; NOTE [GPU dtypes] in src/cuda/gpu_rules.hpp).
+std::vector<DType> moved_only_dtypes() {
+  std::vector<DType> v;
+  for (size_t i = 0; i < dtype_table_size(); ++i)
+    if (!dtype_table()[i].gpu_reduce) v.push_back(dtype_table()[i].dtype);
+  return v;
+}
+
 std::vector<char> make_input(DType t, int rank, size_t count, uint32_t seed, size_t first = 0) {
+  if (!dtype_info(t).gpu_reduce) {
+    // Moved only: every byte hashed from (rank, byte index, seed); bool holds 0 or 1.
+    const size_t es = dtype_size(t);
+    std::vector<char> out(count * es);
+    for (size_t b = 0; b < out.size(); ++b) {
+      const uint32_t h =
+          mix(static_cast<uint32_t>(first * es + b) * 2654435761u ^ mix(seed * 97u + rank));
+      out[b] = static_cast<char>(t == DType::b8 ? (h >> 9) & 1 : h >> 8);
+    }
+    return out;
+  }
   if (t == DType::i32 || t == DType::i64 || t == DType::f64) {
     std::vector<char> out(count * dtype_size(t));
     for (size_t i = 0; i < count; ++i) {
@@ -681,6 +701,142 @@ TEST(GpuOps, AllToAllVCapacityExceededIsReported) {
                {"recv_capacity", "all_to_all_v", "rank 0", "no rank moved any data"});
   barrier(g, opts(s.get()));
   s.sync();
+  g.store_barrier();
+}
+
+// ---- dtypes that are only moved --------------------------------------------------------------
+// Every op that moves data takes every dtype on the GPU (issue #23): all_gather (ordinary,
+// symmetric, in place), all_to_all, broadcast and all_to_all_v through the same checks as the
+// kernels' dtypes, at counts that take the LL path, the barrier kernels and odd tails.
+TEST(GpuOps, MovedOnlyDtypes) {
+  const Group& g = g_group;
+  uint32_t seed = 9000;
+  for (DType t : moved_only_dtypes()) {
+    // Every moved-only row at a size in each path; the ones issue #23 names at every size.
+    const bool named = t == DType::u8 || t == DType::i8 || t == DType::b8 || t == DType::i16 ||
+                       t == DType::c64 || t == DType::c128;
+    for (size_t c : {size_t{3}, size_t{4099}, size_t{200001}}) {
+      if (!named && c == 4099) continue;
+      for (int mode = 0; mode < 3; ++mode) check_all_gather(t, c, mode, seed++);
+      check_all_to_all(t, c, false, seed++);
+      check_all_to_all(t, c, true, seed++);
+      for (int root = 0; root < g.world_size(); ++root) {
+        SCOPED_TRACE(std::string("broadcast ") + to_string(t) + " root " + std::to_string(root) +
+                     " count " + std::to_string(c));
+        const size_t es = dtype_size(t);
+        Stream s;
+        const auto want = make_input(t, root, c, seed++);
+        DevBuf recv(c * es, es);
+        DevBuf send(c * es, 3 * es);
+        if (g.rank() == root) upload(send.get(), want);
+        broadcast(g.rank() == root ? send.get() : nullptr, recv.get(), c, t, root, g,
+                  opts(s.get()));
+        s.sync();
+        EXPECT_BYTES_EQ(download(recv.get(), c * es), want, es, "result");
+      }
+    }
+    check_all_to_all_v(t, false, false, seed++);
+    check_all_to_all_v(t, true, true, seed++);
+  }
+}
+
+// put/get move bytes whatever the dtype; a put of a complex64 array at an element offset and a
+// get of an int16 one back, checked exactly.
+TEST(GpuOps, PutGetMovedOnlyDtypes) {
+  const Group& g = g_group;
+  const int n = g.world_size();
+  const int r = g.rank();
+  const int next = (r + 1) % n;
+  const int prev = (r + n - 1) % n;
+  for (DType t : {DType::c64, DType::i16, DType::u8, DType::b8}) {
+    SCOPED_TRACE(std::string("put/get ") + to_string(t));
+    const size_t es = dtype_size(t);
+    const size_t count = 5001;
+    const size_t bytes = count * es;
+    Stream s;
+    auto buf = alloc_on(g, bytes + 8 * es);
+    const auto mine = make_input(t, r, count, 9500);
+    DevBuf src(bytes, es);
+    upload(src.get(), mine);
+    buf.barrier(0, kTimeout, s.get());
+    P2POptions po;
+    static_cast<OpOptions&>(po) = opts(s.get());
+    po.signal = true;
+    po.channel = 2;
+    put(buf, 3 * es, src.get(), bytes, next, po);
+    buf.wait_signal(prev, 2, kTimeout, s.get());
+    s.sync();
+    EXPECT_BYTES_EQ(download(static_cast<char*>(buf.ptr(r)) + 3 * es, bytes),
+                    make_input(t, prev, count, 9500), es, "put data");
+    buf.barrier(0, kTimeout, s.get());
+    DevBuf dst(bytes, es);
+    get(buf, 3 * es, dst.get(), bytes, next, po);
+    buf.wait_signal(prev, 2, kTimeout, s.get());
+    s.sync();
+    EXPECT_BYTES_EQ(download(dst.get(), bytes), mine, es, "get data");
+    buf.barrier(0, kTimeout, s.get());
+    s.sync();
+  }
+}
+
+// Reductions keep the gpu column: an all_reduce of uint8 on the GPU is Unsupported, and the
+// error names the ops that take uint8 there.
+TEST(GpuOps, ReductionOfAMovedOnlyDtypeIsUnsupported) {
+  const Group& g = g_group;
+  Stream s;
+  DevBuf in(16 * 8 * g.world_size()), out(16 * 8 * g.world_size());
+  expect_error(
+      [&] { all_reduce(in.get(), out.get(), 16, DType::u8, ReduceOp::sum, g, opts(s.get())); },
+      ErrorCode::Unsupported, {"all_reduce", "uint8", "all_gather", "broadcast"});
+  expect_error(
+      [&] { reduce_scatter(in.get(), out.get(), 1, DType::c64, ReduceOp::sum, g, opts(s.get())); },
+      ErrorCode::Unsupported, {"reduce_scatter", "complex64", "all_to_all"});
+}
+
+// ---- NVSHMEM-style signals (issue #23) ------------------------------------------------------
+// signal_op / wait_until on raw pad slots of GPU memory (NOTE [GPU signals] in
+// src/cuda/signals.hpp): a ring (each rank signals the next), each comparison, a wrapping add, a
+// timeout on the null stream naming slot, comparison and value, and the enqueued forms on a
+// stream. Slots from channel 8 on, clear of the channels the other tests use.
+TEST(GpuOps, SignalOpAndWaitUntil) {
+  const Group& g = g_group;
+  const int n = g.world_size();
+  const int r = g.rank();
+  const int next = (r + 1) % n;
+  const int prev = (r + n - 1) % n;
+  const size_t base = 8 * static_cast<size_t>(n);
+  auto buf = alloc_on(g, 4096);
+  // Data written before the signal is visible to the next rank once it sees the signal.
+  upload(buf.ptr(r), std::vector<char>(4096, static_cast<char>(r + 1)));
+  buf.signal_op(next, base + r, 7, SignalOp::set);  // null stream: synchronous
+  EXPECT_EQ(buf.wait_until(base + prev, Cmp::eq, 7, kTimeout), 7u);
+  EXPECT_EQ(download(buf.ptr(prev), 4096), std::vector<char>(4096, static_cast<char>(prev + 1)));
+  buf.signal_op(next, base + n + r, 5, SignalOp::add);
+  buf.signal_op(next, base + n + r, 5, SignalOp::add);
+  EXPECT_EQ(buf.wait_until(base + n + prev, Cmp::ge, 10, kTimeout), 10u);
+  EXPECT_EQ(buf.wait_until(base + n + prev, Cmp::gt, 9, kTimeout), 10u);
+  EXPECT_EQ(buf.wait_until(base + n + prev, Cmp::ne, 0, kTimeout), 10u);
+  const size_t own = base + 2 * static_cast<size_t>(n);
+  buf.signal_op(r, own, 3, SignalOp::set);
+  EXPECT_EQ(buf.wait_until(own, Cmp::lt, 4, kTimeout), 3u);
+  EXPECT_EQ(buf.wait_until(own, Cmp::le, 3, kTimeout), 3u);
+  buf.signal_op(r, own + 1, 0xFFFFFFFFu, SignalOp::set);
+  buf.signal_op(r, own + 1, 2, SignalOp::add);  // wraps
+  EXPECT_EQ(buf.wait_until(own + 1, Cmp::eq, 1, kTimeout), 1u);
+  const auto t0 = std::chrono::steady_clock::now();
+  expect_error([&] { buf.wait_until(own, Cmp::gt, 5, Millis{300}); }, ErrorCode::Timeout,
+               {"wait_until", "slot", "gt 5", "holds 3"});
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(250));
+  // On a stream: enqueued, ordered with the stream's work; wait_until returns 0.
+  Stream s;
+  const size_t ring = base + 3 * static_cast<size_t>(n);
+  buf.signal_op(next, ring + r, 1, SignalOp::add, s.get());
+  EXPECT_EQ(buf.wait_until(ring + prev, Cmp::eq, 1, kTimeout, s.get()), 0u);
+  s.sync();
+  // A timeout there is raised by the next call of the process.
+  buf.wait_until(own, Cmp::eq, 99, Millis{100}, s.get());
+  s.sync();
+  expect_error([&] { buf.signal_op(r, own, 3, SignalOp::set); }, ErrorCode::Timeout, {"timed out"});
   g.store_barrier();
 }
 

@@ -306,6 +306,109 @@ def group_from_process_group(pg=None, store=None) -> _symmem.Group:
     return group
 
 
+# ---- a torch MemPool over symmetric memory -----------------------------------------------------
+# NOTE [torch MemPool] in python/src/mempool.cpp: the allocator's C functions live in symmem._C.
+_mempools: dict = {}  # device index -> (group, MemPool, allocator)
+
+
+def _resolve_group(group, fn: str) -> _symmem.Group:
+    """A symmem Group for a ProcessGroup, a group name, a symmem.Group, or None (the default
+    group: symmem's, else torch.distributed's WORLD, else Group.from_env())."""
+    if isinstance(group, _symmem.Group):
+        return group
+    import torch.distributed as dist
+
+    if group is None:
+        g = _symmem.default_group()
+        if g is not None:
+            return g
+        if dist.is_available() and dist.is_initialized():
+            return group_from_process_group()
+        return _symmem.Group.from_env()
+    if isinstance(group, str):
+        if group in _groups:
+            return _groups[group]
+        if dist.is_available() and dist.is_initialized():
+            try:
+                return group_from_process_group(
+                    dist.distributed_c10d._resolve_process_group(group))
+            except (ValueError, RuntimeError, KeyError) as e:
+                raise _symmem.InvalidArgument(
+                    f"{fn}: argument 'group' = '{group}' names no group ({e})") from None
+        raise _symmem.InvalidArgument(f"{fn}: argument 'group' = '{group}' names no symmem group "
+                                      "and torch.distributed is not initialised")
+    if dist.is_available() and isinstance(group, dist.ProcessGroup):
+        return group_from_process_group(group)
+    raise _symmem.InvalidArgument(f"{fn}: argument 'group' is a {type(group).__name__}; pass a "
+                                  "symmem.Group, a ProcessGroup or a group name")
+
+
+def _cuda_device(device, fn: str) -> torch.device:
+    """`device` as a CUDA torch.device with an index, or a clear error naming it."""
+    if device is None:
+        dev = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
+            else torch.device("cuda")
+    elif isinstance(device, int):
+        dev = torch.device("cuda", device)
+    else:
+        dev = torch.device(device)
+    if dev.type != "cuda":
+        raise _symmem.InvalidArgument(f"{fn}: argument 'device' = '{dev}' is not a CUDA device; "
+                                      "a torch MemPool holds CUDA memory (CPU tensors: "
+                                      "symmem.torch.empty)")
+    if not torch.cuda.is_available() or not hasattr(torch._C, "_cuda_customAllocator"):
+        raise _symmem.BackendUnavailable(
+            f"{fn}: device '{dev}': torch has no usable CUDA here (torch.cuda.is_available() is "
+            f"{torch.cuda.is_available()}, torch {torch.__version__}), and a MemPool of "
+            "symmetric memory needs a GPU")
+    if dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    if dev.index >= torch.cuda.device_count():
+        raise _symmem.InvalidArgument(f"{fn}: argument 'device' = '{dev}' does not exist here "
+                                      f"({torch.cuda.device_count()} CUDA devices)")
+    return dev
+
+
+def mempool(group=None, device=None) -> "torch.cuda.MemPool":
+    """A torch.cuda.MemPool whose memory is symmem symmetric memory over `group` (a symmem.Group,
+    a ProcessGroup, its name; None: the default group) on `device` (default: the current CUDA
+    device). Tensors made inside ``with torch.cuda.use_mem_pool(pool):`` lie in symmetric memory:
+    symm_mem.rendezvous() and every op take them, and views of them, in place.
+
+    Each segment torch's caching allocator asks for is one collective symmem allocation, so every
+    rank of the group must allocate inside the pool alike (same sizes, same order), as with
+    torch's own symmetric-memory pool. One group per device in a process: the same group gets the
+    same pool back. A segment that cannot be allocated makes torch raise its out-of-memory error;
+    symmem.torch.mempool_last_error() then says why."""
+    dev = _cuda_device(device, "mempool")
+    g = _resolve_group(group, "mempool")
+    have = _mempools.get(dev.index)
+    if have is not None and have[0] == g:
+        return have[1]
+    _symmem._C._mempool_register(g, dev.index)  # InvalidArgument for a second group
+    register_group(g)
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(
+        _symmem._C.__file__, "symmem_torch_mempool_alloc", "symmem_torch_mempool_free")
+    pool = torch.cuda.MemPool(alloc.allocator())
+    _mempools[dev.index] = (g, pool, alloc)
+    return pool
+
+
+def mempool_allocator(group=None, device=None):
+    """The torch allocator (torch._C._cuda_CUDAAllocator) behind mempool(group, device)."""
+    pool = mempool(group, device)
+    return pool.allocator
+
+
+def mempool_last_error() -> str:
+    """Why the last segment of a symmem MemPool could not be allocated ('' when none failed)."""
+    return _symmem._C._mempool_last_error()
+
+
+__all__ += ["mempool", "mempool_allocator", "mempool_last_error"]
+__all__.sort()
+
+
 # ---- MoE dispatch and combine (symmem/torch/moe.py) ---------------------------------------------
 from .moe import MoeHandle, moe_combine, moe_dispatch  # noqa: E402
 

@@ -406,13 +406,18 @@ def is_nvshmem_available() -> bool:
 
 
 def get_mempool_allocator(device):
-    raise _symmem.Unsupported("symm_mem.get_mempool_allocator: symmem has no torch MemPool yet "
-                              "(docs/torch.md); allocate with symm_mem.empty()")
+    """The allocator of get_mem_pool(device): torch's CUDA allocator object whose segments are
+    symmem symmetric memory over the default group (symmem.torch.mempool, docs/torch.md)."""
+    dev = _st._cuda_device(device, "symm_mem.get_mempool_allocator")  # before any collective
+    return _st.mempool_allocator(_default_group(), dev)
 
 
 def get_mem_pool(device):
-    raise _symmem.Unsupported("symm_mem.get_mem_pool: symmem has no torch MemPool yet "
-                              "(docs/torch.md); allocate with symm_mem.empty()")
+    """A torch.cuda.MemPool of symmetric memory over the default group on `device` (one per
+    device): tensors made inside ``torch.cuda.use_mem_pool(pool)`` can be rendezvoused. Every
+    rank must allocate inside the pool alike (symmem.torch.mempool)."""
+    dev = _st._cuda_device(device, "symm_mem.get_mem_pool")  # before any collective
+    return _st.mempool(_default_group(), dev)
 
 
 # ---- one-sided module functions ----------------------------------------------------------------
