@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cuda/cuda_memory.hpp"
+#include "cuda/cuda_moe.hpp"
 #include "cuda/cuda_ops.hpp"
 #include "cuda/driver.hpp"
 #include "cuda/peer_tables.hpp"
@@ -46,6 +47,13 @@ class CudaBackend final : public Backend {
           "nvshmem or nccl across hosts");
     }
     return true;
+  }
+
+  // MoE dispatch/combine kernels for the core (src/core/moe_device.hpp).
+  void* extension(const std::string& name) override {
+    if (name == detail::kMoeDeviceExtension)
+      return const_cast<detail::MoeDeviceApi*>(moe_device_api());
+    return nullptr;
   }
 
   std::shared_ptr<BackendMemory> allocate(const Group& group, const RendezvousInfo& info) override {

@@ -1,0 +1,82 @@
+#pragma once
+
+// What MoE dispatch/combine (src/core/moe.cpp) needs of a GPU, as a table of plain function
+// pointers that the cuda plugin returns from Backend::extension(kMoeDeviceExtension)
+// (src/cuda/cuda_moe.cpp; kernels in src/cuda/kernels/moe.cu). The core reaches the kernels
+// through it without linking CUDA (DESIGN.md, "Plugins"). Plain C++: no CUDA headers.
+//
+// Every function that takes a stream enqueues on it (a cudaStream_t; null: the legacy stream)
+// and neither allocates nor synchronises, so it may be captured in a CUDA graph. Errors are
+// symmem::Error (ErrorCode::Cuda) naming `op` and `rank`.
+
+#include <cstddef>
+#include <cstdint>
+
+namespace symmem::detail {
+
+inline constexpr const char* kMoeDeviceExtension = "moe_device_v1";
+inline constexpr int kMoeDeviceApiVersion = 1;
+
+// One part of a row copied by moe gather: `bytes` from src + index * src_stride to
+// dst + i * dst_stride. Any alignment (the kernel picks the widest access all of them allow).
+struct MoeSegment {
+  const char* src = nullptr;
+  int64_t src_stride = 0;
+  char* dst = nullptr;
+  int64_t dst_stride = 0;
+  int64_t bytes = 0;
+};
+
+// dst row i <- src row index[i] for i in [0, rows), index < 0: row i is left alone. Both
+// segments move (a token's row and its fp8 scales; segments = 1 or 2). Block 0 also writes
+// count_out[p] = count_in[p] * count_scale for p < count_n (the byte counts of the
+// all_to_all_v that follows, from per-layout row counts; count_n = 0: none).
+struct MoeGatherArgs {
+  int64_t rows = 0;
+  const int32_t* index = nullptr;  // device, [rows]
+  MoeSegment seg[2];
+  int segments = 1;
+  const int64_t* count_in = nullptr;
+  int64_t* count_out = nullptr;
+  int count_n = 0;
+  int64_t count_scale = 0;
+};
+
+// out[t] = sum over j in [0, topk) ascending with slot_row[t * topk + j] >= 0 of
+// weights[t * topk + j] * rows[slot_row[...]], each product and each sum rounded to f32 (no
+// fused multiply-add), starting from +0.0f, then rounded once to dtype (symmem/moe.hpp).
+// dtype is a DType value: f32, f16 or bf16. Rows have `hidden` elements, `row_stride` bytes
+// apart; out rows are dense.
+struct MoeCombineArgs {
+  int64_t tokens = 0;
+  int topk = 0;
+  int64_t hidden = 0;
+  int dtype = 0;
+  const int32_t* slot_row = nullptr;  // device, [tokens, topk]
+  const float* weights = nullptr;     // device, [tokens, topk]
+  const char* rows = nullptr;
+  int64_t row_stride = 0;
+  char* out = nullptr;
+};
+
+struct MoeDeviceApi {
+  int version = kMoeDeviceApiVersion;
+  // The CUDA device whose memory `p` is (device or managed memory), or -1 for host memory
+  // (pageable, pinned, or unknown to CUDA).
+  int (*device_of)(const void* p) = nullptr;
+  // Whether `stream` is being captured into a CUDA graph.
+  bool (*capturing)(const char* op, int rank, int device, void* stream) = nullptr;
+  // Plain device memory on `device` (cudaMalloc); release never throws.
+  void* (*alloc)(const char* op, int rank, int device, size_t bytes) = nullptr;
+  void (*release)(int device, void* p) = nullptr;
+  // Copies `bytes` on `stream` in any direction (host memory may be pageable). sync: then waits
+  // for the stream (the only call here that synchronises; moe_layout reads topk_idx with it).
+  void (*copy)(const char* op, int rank, int device, void* dst, const void* src, size_t bytes,
+               void* stream, bool sync) = nullptr;
+  void (*gather)(const char* op, int rank, int device, const MoeGatherArgs& args,
+                 void* stream) = nullptr;
+  void (*combine)(const char* op, int rank, int device, const MoeCombineArgs& args,
+                  void* stream) = nullptr;
+};
+
+}  // namespace symmem::detail
