@@ -21,15 +21,13 @@ int device_of(const void* p) {
     (void)cudaGetLastError();  // not a pointer CUDA knows: host memory
     return -1;
   }
-  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ? attr.device
-                                                                                  : -1;
+  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ? attr.device : -1;
 }
 
 bool capturing(const char* op, int rank, int device, void* stream) {
   DeviceGuard guard(device);
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  SYMMEM_CUDART_CHECK(op, rank,
-                      cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status));
+  SYMMEM_CUDART_CHECK(op, rank, cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status));
   return status != cudaStreamCaptureStatusNone;
 }
 
@@ -53,7 +51,8 @@ void copy(const char* op, int rank, int device, void* dst, const void* src, size
           void* stream, bool sync) {
   DeviceGuard guard(device);
   auto s = static_cast<cudaStream_t>(stream);
-  if (bytes > 0) SYMMEM_CUDART_CHECK(op, rank, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
+  if (bytes > 0)
+    SYMMEM_CUDART_CHECK(op, rank, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
   if (sync) SYMMEM_CUDART_CHECK(op, rank, cudaStreamSynchronize(s));
 }
 
@@ -63,8 +62,7 @@ void gather(const char* op, int rank, int device, const detail::MoeGatherArgs& a
   if (e != cudaSuccess) throw_cudart_error(op, rank, "launch_moe_gather", e, SYMMEM_WHERE);
 }
 
-void combine(const char* op, int rank, int device, const detail::MoeCombineArgs& a,
-             void* stream) {
+void combine(const char* op, int rank, int device, const detail::MoeCombineArgs& a, void* stream) {
   DeviceGuard guard(device);
   const auto e = static_cast<cudaError_t>(launch_moe_combine(a, stream));
   if (e != cudaSuccess) throw_cudart_error(op, rank, "launch_moe_combine", e, SYMMEM_WHERE);
