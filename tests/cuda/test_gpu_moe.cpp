@@ -114,9 +114,9 @@ struct Case {
   DType y_dtype = DType::bf16;
   DType idx_dtype = DType::i64;
   Routing routing = Routing::random;
-  double drop = 0.0;           // probability of a -1 slot
-  int empty_rank = -1;         // this rank has no tokens
-  bool idx_on_host = false;    // topk_idx in host memory (the layout still for the GPU)
+  double drop = 0.0;         // probability of a -1 slot
+  int empty_rank = -1;       // this rank has no tokens
+  bool idx_on_host = false;  // topk_idx in host memory (the layout still for the GPU)
   bool low_latency = false;
   uint32_t seed = 1;
 };
@@ -201,7 +201,8 @@ void run_case(const Case& c) {
   const std::vector<char> idx = idx_bytes(idx64, c.idx_dtype);
   std::vector<float> xf(T * H), scales(T * S), weights(T * K);
   for (size_t i = 0; i < xf.size(); ++i) xf[i] = value(static_cast<uint32_t>(i), 100u + rank);
-  for (size_t i = 0; i < scales.size(); ++i) scales[i] = value(static_cast<uint32_t>(i), 200u + rank);
+  for (size_t i = 0; i < scales.size(); ++i)
+    scales[i] = value(static_cast<uint32_t>(i), 200u + rank);
   for (size_t i = 0; i < weights.size(); ++i)
     weights[i] = value(static_cast<uint32_t>(i), 300u + rank) / 2;
   const std::vector<char> x = floats_as(c.x_dtype, xf);
