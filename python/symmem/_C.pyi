@@ -642,22 +642,22 @@ class MoeLayout:
         Shape of recv_x: (recv_rows, hidden), or (local experts, world_size * max_tokens, hidden) in low_latency mode.
         """
 
-def moe_layout(topk_idx: object, num_experts: int, *, mode: str = 'normal', max_tokens: int = 0, group: Group | None = None, timeout: float | datetime.timedelta | None = None) -> MoeLayout:
+def moe_layout(topk_idx: object, num_experts: int, *, mode: str = 'normal', max_tokens: int = 0, group: Group | None = None, timeout: float | datetime.timedelta | None = None, device: object = None, stream: object = None) -> MoeLayout:
     """
-    Collective: exchanges which tokens (topk_idx [tokens, topk] int32/int64, -1 = dropped) go to which of num_experts experts (split evenly over the ranks). mode 'low_latency' gives every local expert world_size * max_tokens rows.
-    """
-
-def moe_layout_restore(topk_idx: object, num_experts: int, row_source: object, expert_counts: object, *, mode: str = 'normal', max_tokens: int = 0, group: Group | None = None) -> MoeLayout:
-    """
-    The layout moe_layout() made, rebuilt without communication from the same topk_idx and the layout's row_source ([rows, 3] int64) and expert_counts (int64).
+    Collective: exchanges which tokens (topk_idx [tokens, topk] int32/int64, -1 = dropped) go to which of num_experts experts (split evenly over the ranks). mode 'low_latency' gives every local expert world_size * max_tokens rows. device: where dispatch/combine's data will be (default: topk_idx's device; a GPU layout reads a host or device topk_idx). stream (CUDA): None is torch's current stream; a GPU layout synchronises it once to read topk_idx.
     """
 
-def moe_dispatch(x: object, layout: MoeLayout, recv_x: object, *, x_scales: object = None, recv_scales: object = None, timeout: float | datetime.timedelta | None = None) -> None:
+def moe_layout_restore(topk_idx: object, num_experts: int, row_source: object, expert_counts: object, *, mode: str = 'normal', max_tokens: int = 0, group: Group | None = None, device: object = None, stream: object = None) -> MoeLayout:
     """
-    Collective: sends the tokens x [tokens, hidden] to their experts' ranks; recv_x (layout.recv_shape(hidden)) gets them grouped by local expert. fp8 x carries x_scales [tokens, hidden/128] float32 into recv_scales.
+    The layout moe_layout() made, rebuilt from the same topk_idx and the layout's row_source ([rows, 3] int64) and expert_counts (int64), both in CPU memory. Without communication on CPU memory; a GPU layout (device, default topk_idx's) agrees on its exchange buffers' size in one small collective.
     """
 
-def moe_combine(y: object, layout: MoeLayout, topk_weights: object, out: object, *, timeout: float | datetime.timedelta | None = None) -> None:
+def moe_dispatch(x: object, layout: MoeLayout, recv_x: object, *, x_scales: object = None, recv_scales: object = None, timeout: float | datetime.timedelta | None = None, stream: object = None) -> None:
+    """
+    Collective: sends the tokens x [tokens, hidden] to their experts' ranks; recv_x (layout.recv_shape(hidden)) gets them grouped by local expert. fp8 x carries x_scales [tokens, hidden/128] float32 into recv_scales. Every array on the layout's device; on a GPU the op is enqueued on `stream` (None: torch's current stream).
+    """
+
+def moe_combine(y: object, layout: MoeLayout, topk_weights: object, out: object, *, timeout: float | datetime.timedelta | None = None, stream: object = None) -> None:
     """
     Collective: brings the experts' outputs y (recv_x's layout) back and writes out [tokens, hidden] = the sum over each token's top-k slots of topk_weights * y, in f32, slot by slot.
     """
