@@ -29,7 +29,13 @@
 // [T, H / 128] moves with them into recv_scales [recv_rows, H / 128]; H must be a multiple of
 // 128. Other dtypes move as bytes, without scales. y and out are f32, f16 or bf16.
 //
-// All pointers are CPU memory today (the host backend); GPU memory is Unsupported.
+// Memory: a layout is made for one device, MoeOptions::device, else (as for ops) the device of
+// the group's most recent allocation, else the CPU. On the CPU every pointer is CPU memory. For a
+// GPU (docs/moe.md, "On the GPU"): topk_idx may be device or host memory, x, x_scales, recv_x,
+// recv_scales, y, topk_weights and out are device memory on that GPU, dispatch and combine are
+// enqueued on OpOptions::stream (bitwise equal to the CPU results), and moe_layout synchronises
+// that stream to read topk_idx. With a kept layout, dispatch and combine may be captured in a CUDA
+// graph once a call with the same shapes has run (the exchange buffers are then large enough).
 
 #include <cstddef>
 #include <cstdint>
@@ -84,9 +90,11 @@ SYMMEM_API MoeLayout moe_layout(const void* topk_idx, DType idx_dtype, size_t to
                                 int num_experts, const Group& group,
                                 const MoeOptions& options = {});
 
-// The layout that moe_layout() made, from what it returned (no communication): the same
-// topk_idx, its row_source() ([rows, 3]) and expert_counts(), the same group and options. For
-// callers that keep a layout as tensors (the torch ops of symmem.torch).
+// The layout that moe_layout() made, from what it returned: the same topk_idx, its row_source()
+// ([rows, 3]) and expert_counts() (both host memory), the same group and options. For callers
+// that keep a layout as tensors (the torch ops of symmem.torch). No communication on the CPU; a
+// layout for a GPU agrees on the size of its exchange buffers (a small CPU all-reduce, so it is
+// collective there).
 SYMMEM_API MoeLayout moe_layout_restore(const void* topk_idx, DType idx_dtype, size_t tokens,
                                         int topk, int num_experts, const int64_t* row_source,
                                         size_t rows, const int64_t* expert_counts,
