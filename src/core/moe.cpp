@@ -332,17 +332,23 @@ void prepare_gpu(MoeLayout::Impl& l, const OpOptions& o, const char* op) {
     rows_sent += counts[2 * world + p];
     rows_back += counts[3 * world + p];
   }
+  // The kernels index rows with int32; a rank past that tells the others in the same all-reduce
+  // (the largest rank with the problem, or -1), so that every rank fails together.
   const int64_t limit = INT32_MAX;
-  if (l.rows > static_cast<size_t>(limit) || l.tokens * k > static_cast<size_t>(limit) ||
-      received > limit || rows_back > limit)
-    throw_invalid_argument(op, l.rank, "topk_idx",
-                           "makes more than 2^31 - 1 rows; the GPU path indexes rows with int32");
-  std::vector<int64_t> need{std::max(sent, received), std::max(rows_sent, rows_back)};
-  std::vector<int64_t> most(2);
+  const bool too_many = l.rows > static_cast<size_t>(limit) ||
+                        l.tokens * k > static_cast<size_t>(limit) || received > limit ||
+                        rows_back > limit;
+  std::vector<int64_t> need{std::max(sent, received), std::max(rows_sent, rows_back),
+                            too_many ? l.rank : -1};
+  std::vector<int64_t> most(3);
   OpOptions cpu;
   cpu.timeout = o.timeout;
   cpu.device = Device::cpu();
-  all_reduce(need.data(), most.data(), 2, DType::i64, ReduceOp::max, l.group, cpu);
+  all_reduce(need.data(), most.data(), 3, DType::i64, ReduceOp::max, l.group, cpu);
+  if (most[2] >= 0)
+    throw_invalid_argument(op, l.rank, "topk_idx",
+                           "makes more than 2^31 - 1 rows or slots on rank " +
+                               std::to_string(most[2]) + "; the GPU path indexes them with int32");
   l.scratch_tokens = static_cast<size_t>(most[0]);
   l.scratch_rows = static_cast<size_t>(most[1]);
   // One host image of the device arrays: int64 counts_in, counts_out, then the int32 lists.
