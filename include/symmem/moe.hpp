@@ -21,6 +21,9 @@
 // [L, world_size * max_tokens, H]; rows past expert_counts()[e] are not written), so that
 // buffers have fixed shapes for CUDA graphs.
 //
+// A device layout (MoeOptions::device_layout) is filled by moe_dispatch: moe_combine with it
+// brings back the rows of the latest dispatch with it.
+//
 // combine: out[t] = sum over slots j in ascending order of topk_weights[t, j] * y(row of (t, j)),
 // accumulated in f32 (one rounding per multiply and per add, no fused multiply-add) and rounded
 // once to the output dtype; tokens with no live slot get zeros.
@@ -54,6 +57,13 @@ enum class MoeMode : int { normal = 0, low_latency = 1 };
 struct MoeOptions : OpOptions {
   MoeMode mode = MoeMode::normal;
   size_t max_tokens = 0;  // low_latency: the most tokens any rank passes (>= tokens)
+  // low_latency on a GPU only: route on the device. moe_layout() then reads nothing (topk_idx
+  // must be device memory; it is read by every moe_dispatch, on its stream, so a captured graph
+  // replays with whatever routing the array holds then); expert counts are written on the device
+  // by each dispatch (MoeLayout::expert_counts_device()); row_source() is not kept. Every rank
+  // passes the same max_tokens, topk and num_experts (checked). docs/moe.md, "Routing on the
+  // device".
+  bool device_layout = false;
 };
 
 // Where a rank's tokens go and where each received row came from. Made by moe_layout()
@@ -76,6 +86,11 @@ class SYMMEM_API MoeLayout {
   const std::vector<int64_t>& row_source() const;
   // The row of recv_x where expert e (local) begins.
   size_t expert_offset(int e) const;
+  // Routed on the device (MoeOptions::device_layout): expert_counts() and row_source() are then
+  // InvalidArgument; the counts are device memory, [num_local_experts()] int64, written by each
+  // moe_dispatch on its stream (null for other layouts).
+  bool device_layout() const;
+  const int64_t* expert_counts_device() const;
 
   struct Impl;
   explicit MoeLayout(std::shared_ptr<const Impl> impl);

@@ -35,12 +35,37 @@
 // enough, dispatch and combine neither allocate nor synchronise and may be captured in a CUDA
 // graph (a growth during capture is an error that says to warm up first).
 
+// NOTE [moe device layout]
+// With MoeOptions::device_layout (low_latency on a GPU) nothing is read at moe_layout(): it checks
+// that the ranks agree on max_tokens, topk and num_experts and allocates the layout's device
+// arrays (DeviceLayout). Each moe_dispatch routes on the device, reading topk_idx on its stream:
+//   route (one block): per expert, this rank's entries in (token, slot) order get their index
+//     among them (hist, slot_idx); per destination rank, its tokens get their place in the piece
+//     (dest_pos); prefixes give the pieces' counts and offsets and each entry's row in what
+//     combine brings back (slot_row: ordered by global expert, then index, as the expert ranks
+//     send the rows back);
+//   pack: per destination a count block (the entries per local expert of that rank), then one
+//     pack per token: header {token, its expert ids on that rank, their indices}, row, scales;
+//   all_to_all_v with counts computed on the device (recv counts are its output);
+//   place (one block): per local expert and source, the rows and where they start in the
+//     expert's slab (the sources' counts in order: rows by source, then token, slot, as
+//     symmem/moe.hpp orders them), the expert counts, and combine's plan (per source, where each
+//     expert's rows go in its piece);
+//   unpack: each received token's row to its rows: slab start + base[e][s] + its index.
+// combine: pack the rows of each (source, expert) range in the source's order | all_to_all_v
+// (counts from both sides' plans) | the f32 sums with slot_row. No host synchronisation, no
+// allocation once the scratch is large enough: dispatch and combine can be captured in a CUDA
+// graph and replayed with new routing in topk_idx. The sums and the row order are those of the
+// host (bitwise equal results); topk_idx values outside [-1, num_experts) are dropped on the
+// device (there is no host to raise an error).
+
 #include "symmem/moe.hpp"
 
 #include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -72,6 +97,21 @@ struct GpuIndex {
   GpuIndex(const GpuIndex&) = delete;
   GpuIndex& operator=(const GpuIndex&) = delete;
   ~GpuIndex() {
+    if (api != nullptr && base != nullptr) api->release(device, base);
+  }
+};
+
+// The device arrays of a layout routed on the device (NOTE [moe device layout]), in one
+// cudaMalloc; `arrays` holds their pointers (its other fields are filled per call).
+struct DeviceLayout {
+  const detail::MoeDeviceApi* api = nullptr;
+  int device = -1;
+  void* base = nullptr;
+  detail::MoeDeviceLayoutArgs arrays;
+  DeviceLayout() = default;
+  DeviceLayout(const DeviceLayout&) = delete;
+  DeviceLayout& operator=(const DeviceLayout&) = delete;
+  ~DeviceLayout() {
     if (api != nullptr && base != nullptr) api->release(device, base);
   }
 };
@@ -108,6 +148,11 @@ struct MoeLayout::Impl {
   size_t scratch_tokens = 0;  // the most tokens any rank sends or receives in dispatch
   size_t scratch_rows = 0;    // the most rows any rank sends or receives in combine
   std::shared_ptr<GpuIndex> gpu;
+  // Routed on the device (NOTE [moe device layout]): topk_idx in device memory, read by every
+  // dispatch.
+  std::shared_ptr<DeviceLayout> dl;
+  const void* topk_dev = nullptr;
+  bool idx64 = true;
 };
 
 MoeLayout::MoeLayout() = default;
@@ -217,10 +262,26 @@ size_t MoeLayout::recv_rows() const {
   return need(*this, "MoeLayout").rows;
 }
 const std::vector<int64_t>& MoeLayout::expert_counts() const {
-  return need(*this, "MoeLayout").expert_counts;
+  const Impl& l = need(*this, "MoeLayout::expert_counts");
+  if (l.dl)
+    throw_invalid_argument("MoeLayout::expert_counts", l.rank, "layout",
+                           "is routed on the device: its counts are device memory written by "
+                           "each dispatch (expert_counts_device())");
+  return l.expert_counts;
 }
 const std::vector<int64_t>& MoeLayout::row_source() const {
-  return need(*this, "MoeLayout").row_source;
+  const Impl& l = need(*this, "MoeLayout::row_source");
+  if (l.dl)
+    throw_invalid_argument("MoeLayout::row_source", l.rank, "layout",
+                           "is routed on the device, which keeps no row_source");
+  return l.row_source;
+}
+bool MoeLayout::device_layout() const {
+  return need(*this, "MoeLayout").dl != nullptr;
+}
+const int64_t* MoeLayout::expert_counts_device() const {
+  const Impl& l = need(*this, "MoeLayout");
+  return l.dl ? l.dl->arrays.expert_counts : nullptr;
 }
 size_t MoeLayout::expert_offset(int e) const {
   const Impl& l = need(*this, "MoeLayout::expert_offset");
@@ -383,6 +444,148 @@ void prepare_gpu(MoeLayout::Impl& l, const OpOptions& o, const char* op) {
   l.gpu = std::move(g);
 }
 
+size_t align_to(size_t n, size_t a) {
+  return (n + a - 1) / a * a;
+}
+
+// A layout routed on the device (NOTE [moe device layout]). Collective: one CPU all-reduce in
+// which the ranks compare their arguments and report refusals, so that all fail together.
+MoeLayout device_layout(const char* op, const void* topk_idx, DType idx_dtype, size_t tokens,
+                        int topk, int num_experts, const Group& group, Device device,
+                        const MoeOptions& options) {
+  const int rank = group.rank(), world = group.world_size();
+  std::exception_ptr refused;
+  const detail::MoeDeviceApi* api = nullptr;
+  try {
+    if (options.mode != MoeMode::low_latency || !device.is_cuda())
+      throw_invalid_argument(op, rank, "options.device_layout",
+                             "needs mode low_latency and a GPU device (options.device)");
+    if (topk < 1)
+      throw_invalid_argument(op, rank, "topk", "= " + std::to_string(topk) + " must be >= 1");
+    if (num_experts < 1 || num_experts % world != 0)
+      throw_invalid_argument(op, rank, "num_experts",
+                             "= " + std::to_string(num_experts) +
+                                 " must be a positive multiple of the world size " +
+                                 std::to_string(world));
+    if (idx_dtype != DType::i32 && idx_dtype != DType::i64)
+      throw_invalid_argument(
+          op, rank, "topk_idx",
+          std::string("has dtype ") + dtype_info(idx_dtype).name + "; it takes int32 or int64");
+    if (options.max_tokens == 0 || tokens > options.max_tokens)
+      throw_invalid_argument(op, rank, "max_tokens",
+                             "= " + std::to_string(options.max_tokens) +
+                                 ": low_latency needs max_tokens >= tokens (" +
+                                 std::to_string(tokens) + ") and > 0");
+    const size_t slab = options.max_tokens * static_cast<size_t>(world);
+    if (slab > static_cast<size_t>(INT32_MAX) ||
+        options.max_tokens * static_cast<size_t>(topk) > static_cast<size_t>(INT32_MAX))
+      throw_invalid_argument(op, rank, "max_tokens", "is too large for int32 row indices");
+    api = moe_api(op, rank);
+    if (tokens > 0 && (topk_idx == nullptr || api->device_of(topk_idx) < 0))
+      throw_invalid_argument(op, rank, "topk_idx",
+                             "must be device memory: a device layout reads it on the device at "
+                             "every dispatch");
+  } catch (const Error&) {
+    refused = std::current_exception();
+  }
+  // Agreement: max and -min of what must be equal, and the largest refusing rank (or -1).
+  const auto mt = static_cast<int64_t>(options.max_tokens);
+  std::vector<int64_t> mine{mt,
+                            -mt,
+                            topk,
+                            -static_cast<int64_t>(topk),
+                            num_experts,
+                            -static_cast<int64_t>(num_experts),
+                            refused ? rank : -1};
+  std::vector<int64_t> most(mine.size());
+  OpOptions cpu;
+  cpu.timeout = options.timeout;
+  cpu.device = Device::cpu();
+  all_reduce(mine.data(), most.data(), mine.size(), DType::i64, ReduceOp::max, group, cpu);
+  if (refused) std::rethrow_exception(refused);
+  if (most[6] >= 0)
+    throw_invalid_argument(op, rank, "arguments",
+                           "rank " + std::to_string(most[6]) + " refused its arguments");
+  if (most[0] != -most[1] || most[2] != -most[3] || most[4] != -most[5])
+    throw_invalid_argument(op, rank, "max_tokens",
+                           "topk or num_experts differ between the ranks (a device layout needs "
+                           "the same on every rank)");
+  auto l = std::make_shared<MoeLayout::Impl>();
+  l->group = group;
+  l->world = world;
+  l->rank = rank;
+  l->mode = MoeMode::low_latency;
+  l->experts = num_experts;
+  l->local = num_experts / world;
+  l->k = topk;
+  l->tokens = tokens;
+  l->max_tokens = options.max_tokens;
+  l->device = device;
+  l->topk_dev = topk_idx;
+  l->idx64 = idx_dtype == DType::i64;
+  const auto W = static_cast<size_t>(world), L = static_cast<size_t>(l->local);
+  const auto E = static_cast<size_t>(num_experts), K = static_cast<size_t>(topk);
+  const size_t slab = l->max_tokens * W;
+  l->rows = L * slab;
+  l->expert_offset.resize(L);
+  for (size_t e = 0; e < L; ++e) l->expert_offset[e] = e * slab;
+  // The arrays: int64 first (13 per rank: the last one spare, so that the int32 ones start
+  // 8-byte aligned whatever the counts), then int32.
+  const size_t n64 = E + 13 * W + L, n32 = tokens * W + 2 * tokens * K + E + 3 * L * W;
+  const size_t bytes = align_to(n64 * 8 + n32 * 4, 16);
+  auto d = std::make_shared<DeviceLayout>();
+  d->base = api->alloc(op, rank, device.index, bytes);
+  d->api = api;
+  d->device = device.index;
+  std::vector<uint8_t> zeros(bytes, 0);
+  api->copy(op, rank, device.index, d->base, zeros.data(), bytes, options.stream, true);
+  auto* p64 = static_cast<int64_t*>(d->base);
+  auto take64 = [&](size_t n) {
+    int64_t* q = p64;
+    p64 += n;
+    return q;
+  };
+  detail::MoeDeviceLayoutArgs& a = d->arrays;
+  a.ebase = take64(E);
+  a.tok_count = take64(W);
+  a.send_units = take64(W);
+  a.send_off = take64(W);
+  a.recv_units = take64(W);
+  a.recv_off = take64(W);
+  a.back_rows = take64(W);
+  a.rows_back = take64(W);
+  a.off_back = take64(W);
+  a.recv_tokens = take64(W);
+  a.c_send_units = take64(W);
+  a.c_recv_units = take64(W);
+  (void)take64(W);
+  a.expert_counts = take64(L);
+  auto* p32 = reinterpret_cast<int32_t*>(p64);
+  auto take32 = [&](size_t n) {
+    int32_t* q = p32;
+    p32 += n;
+    return q;
+  };
+  a.dest_pos = take32(tokens * W);
+  a.slot_idx = take32(tokens * K);
+  a.slot_row = take32(tokens * K);
+  a.hist = take32(E);
+  a.cnt = take32(L * W);
+  a.base = take32(L * W);
+  a.pre = take32(W * L);
+  a.topk = topk_idx;
+  a.idx64 = l->idx64;
+  a.tokens = static_cast<int64_t>(tokens);
+  a.max_tokens = static_cast<int64_t>(l->max_tokens);
+  a.k = topk;
+  a.experts = num_experts;
+  a.world = world;
+  a.rank = rank;
+  a.local = l->local;
+  l->dl = std::move(d);
+  return MoeLayout(std::move(l));
+}
+
 }  // namespace
 
 MoeLayout moe_layout(const void* topk_idx, DType idx_dtype, size_t tokens, int topk,
@@ -390,6 +593,9 @@ MoeLayout moe_layout(const void* topk_idx, DType idx_dtype, size_t tokens, int t
   const char* op = "moe_layout";
   if (!group.valid()) throw_invalid_argument(op, -1, "group", "is not a valid group");
   const Device device = moe_device(options, group);
+  if (options.device_layout)
+    return device_layout(op, topk_idx, idx_dtype, tokens, topk, num_experts, group, device,
+                         options);
   std::vector<int64_t> idx_copy;
   const void* idx =
       host_topk(topk_idx, idx_dtype, tokens, topk, device, options, op, group.rank(), idx_copy);
@@ -484,6 +690,10 @@ MoeLayout moe_layout_restore(const void* topk_idx, DType idx_dtype, size_t token
                              const MoeOptions& options) {
   const char* op = "moe_layout_restore";
   if (!group.valid()) throw_invalid_argument(op, -1, "group", "is not a valid group");
+  if (options.device_layout)
+    throw_invalid_argument(op, group.rank(), "options.device_layout",
+                           "a layout routed on the device keeps no row_source to restore from; "
+                           "keep the MoeLayout itself");
   const Device device = moe_device(options, group);
   std::vector<int64_t> idx_copy;
   const void* idx =
@@ -688,6 +898,66 @@ void combine_gpu(const MoeLayout::Impl& l, const void* y, DType dtype, size_t hi
   if (hidden > 0) g.api->combine(op, l.rank, l.device.index, c, o.stream);
 }
 
+void dispatch_device_layout(const MoeLayout::Impl& l, const void* x, const float* x_scales,
+                            void* recv_x, float* recv_scales, size_t row_bytes, size_t scale_bytes,
+                            const OpOptions& o, const char* op) {
+  const DeviceLayout& d = *l.dl;
+  const auto W = static_cast<size_t>(l.world);
+  const size_t header = align_up((1 + 2 * static_cast<size_t>(l.k)) * 4, 16);
+  const size_t pack = align_up(header + row_bytes + scale_bytes, 16);
+  const size_t cb = align_up(static_cast<size_t>(l.local) * 4, 16);
+  const size_t region = align_up(W * cb + W * l.max_tokens * pack, 256);
+  char* send = moe_scratch(l, o, 2 * region, op);
+  detail::MoeDeviceLayoutArgs a = d.arrays;
+  a.x = static_cast<const char*>(x);
+  a.x_scales = reinterpret_cast<const char*>(x_scales);
+  a.recv_x = static_cast<char*>(recv_x);
+  a.recv_scales = reinterpret_cast<char*>(recv_scales);
+  a.row_bytes = static_cast<int64_t>(row_bytes);
+  a.scale_bytes = static_cast<int64_t>(scale_bytes);
+  a.header = static_cast<int64_t>(header);
+  a.pack = static_cast<int64_t>(pack);
+  a.cb = static_cast<int64_t>(cb);
+  a.send = send;
+  a.recv = send + region;
+  d.api->layout_route_pack(op, l.rank, l.device.index, a, o.stream);
+  AllToAllVOptions ao = gpu_exchange(l, o);
+  ao.recv_counts_known = false;  // the receive counts are the exchange's output
+  all_to_all_v(a.send, a.send_units, a.recv, a.recv_units, a.recv_off, region / kPackUnit,
+               DType::f32, l.group, ao);
+  d.api->layout_place(op, l.rank, l.device.index, a, o.stream);
+}
+
+void combine_device_layout(const MoeLayout::Impl& l, const void* y, DType dtype, size_t hidden,
+                           const float* topk_weights, void* out, size_t row_bytes,
+                           const OpOptions& o, const char* op) {
+  const DeviceLayout& d = *l.dl;
+  const size_t stride = align_up(std::max<size_t>(row_bytes, 1), 16);
+  const size_t most_rows = static_cast<size_t>(l.world) * l.max_tokens * static_cast<size_t>(l.k);
+  const size_t region = align_up(std::max<size_t>(most_rows * stride, 1), 256);
+  char* send = moe_scratch(l, o, 2 * region, op);
+  detail::MoeDeviceLayoutArgs a = d.arrays;
+  a.y = static_cast<const char*>(y);
+  a.y_row_bytes = static_cast<int64_t>(row_bytes);
+  a.stride = static_cast<int64_t>(stride);
+  a.send = send;
+  a.recv = send + region;
+  d.api->layout_combine_pack(op, l.rank, l.device.index, a, o.stream);
+  all_to_all_v(a.send, a.c_send_units, a.recv, a.c_recv_units, nullptr, region / kPackUnit,
+               DType::f32, l.group, gpu_exchange(l, o));
+  detail::MoeCombineArgs c;
+  c.tokens = static_cast<int64_t>(l.tokens);
+  c.topk = l.k;
+  c.hidden = static_cast<int64_t>(hidden);
+  c.dtype = static_cast<int>(dtype);
+  c.slot_row = a.slot_row;
+  c.weights = topk_weights;
+  c.rows = a.recv;
+  c.row_stride = static_cast<int64_t>(stride);
+  c.out = static_cast<char*>(out);
+  if (hidden > 0) d.api->combine(op, l.rank, l.device.index, c, o.stream);
+}
+
 }  // namespace
 
 void moe_dispatch(const MoeLayout& layout, const void* x, DType dtype, size_t hidden,
@@ -718,6 +988,9 @@ void moe_dispatch(const MoeLayout& layout, const void* x, DType dtype, size_t hi
   if (l.rows > 0 && hidden > 0 && recv_x == nullptr)
     throw_invalid_argument(op, l.rank, "recv_x", "is null");
   const size_t row_bytes = hidden * es, scale_bytes = scales * sizeof(float);
+  if (l.dl)
+    return dispatch_device_layout(l, x, x_scales, recv_x, recv_scales, row_bytes, scale_bytes,
+                                  options, op);
   if (l.device.is_cuda())
     return dispatch_gpu(l, x, x_scales, recv_x, recv_scales, row_bytes, scale_bytes, options, op);
   const size_t pack = row_bytes + scale_bytes;
@@ -762,6 +1035,8 @@ void moe_combine(const MoeLayout& layout, const void* y, DType dtype, size_t hid
   if (l.tokens > 0 && hidden > 0 && out == nullptr)
     throw_invalid_argument(op, l.rank, "out", "is null");
   const size_t row_bytes = hidden * dtype_size(dtype);
+  if (l.dl)
+    return combine_device_layout(l, y, dtype, hidden, topk_weights, out, row_bytes, options, op);
   if (l.device.is_cuda())
     return combine_gpu(l, y, dtype, hidden, topk_weights, out, row_bytes, options, op);
   const auto world = static_cast<size_t>(l.world);

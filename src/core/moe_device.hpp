@@ -59,6 +59,53 @@ struct MoeCombineArgs {
   char* out = nullptr;
 };
 
+// A layout routed on the device (MoeOptions::device_layout; NOTE [moe device layout] in
+// src/core/moe.cpp): every pointer is device memory of the layout, sized at moe_layout().
+// Pieces of the dispatch exchange, per destination r: a count block (cb bytes: int32 per local
+// expert of r, how many (token, slot) entries of this rank go to it), then one pack per token
+// (pack bytes: header int32 {token, k expert ids or -1, k indices within the expert}, padded to
+// `header` bytes, then the row and the fp8 scales). Counts of the all_to_all_v are in 4-byte
+// units.
+struct MoeDeviceLayoutArgs {
+  // The layout.
+  const void* topk = nullptr;  // [tokens, k], int32 (idx64 = false) or int64
+  bool idx64 = true;
+  int64_t tokens = 0, max_tokens = 0;
+  int k = 0, experts = 0, world = 0, rank = 0, local = 0;
+  // Dispatch data.
+  const char* x = nullptr;
+  const char* x_scales = nullptr;
+  char* recv_x = nullptr;
+  char* recv_scales = nullptr;
+  int64_t row_bytes = 0, scale_bytes = 0, header = 0, pack = 0, cb = 0;
+  char* send = nullptr;  // this rank's send pack
+  char* recv = nullptr;  // this rank's receive pack
+  // Combine data.
+  const char* y = nullptr;
+  int64_t y_row_bytes = 0, stride = 0;
+  // Device arrays of the layout (written by the kernels; see moe.cpp's DeviceLayout).
+  int32_t* dest_pos = nullptr;       // [tokens, world]: the token's place in piece r, or -1
+  int32_t* slot_idx = nullptr;       // [tokens, k]: its index among this rank's entries of expert
+  int32_t* slot_row = nullptr;       // [tokens, k]: its row in what combine brings back, or -1
+  int32_t* hist = nullptr;           // [experts]: this rank's entries per expert
+  int64_t* ebase = nullptr;          // [experts]: exclusive prefix of hist
+  int64_t* tok_count = nullptr;      // [world]: tokens this rank sends to r
+  int64_t* send_units = nullptr;     // [world]: dispatch send counts (units)
+  int64_t* send_off = nullptr;       // [world]: where piece r starts in send (units)
+  int64_t* recv_units = nullptr;     // [world]: dispatch receive counts (all_to_all_v's output)
+  int64_t* recv_off = nullptr;       // [world]: where source s's piece starts in recv (units)
+  int64_t* back_rows = nullptr;      // [world]: rows combine brings back from r
+  int32_t* cnt = nullptr;            // [local, world]: rows of local expert e from source s
+  int32_t* base = nullptr;           // [local, world]: their first row within e's slab
+  int32_t* pre = nullptr;            // [world, local]: where (s, e)'s rows start in s's piece
+  int64_t* rows_back = nullptr;      // [world]: rows combine sends back to s
+  int64_t* off_back = nullptr;       // [world]: where s's piece starts in combine's send (rows)
+  int64_t* recv_tokens = nullptr;    // [world]: tokens received from s
+  int64_t* expert_counts = nullptr;  // [local]
+  int64_t* c_send_units = nullptr;   // [world]: combine send counts (units)
+  int64_t* c_recv_units = nullptr;   // [world]: combine receive counts (units)
+};
+
 struct MoeDeviceApi {
   int version = kMoeDeviceApiVersion;
   // The CUDA device whose memory `p` is (device or managed memory), or -1 for host memory
@@ -77,6 +124,15 @@ struct MoeDeviceApi {
                  void* stream) = nullptr;
   void (*combine)(const char* op, int rank, int device, const MoeCombineArgs& args,
                   void* stream) = nullptr;
+  // A device layout's dispatch before the exchange (route: counts, positions, slot rows; then
+  // pack: count blocks and packs), after it (place: per-expert counts and bases; then unpack:
+  // rows into recv_x), and combine's pack (rows back per source, and both sides' counts).
+  void (*layout_route_pack)(const char* op, int rank, int device, const MoeDeviceLayoutArgs& a,
+                            void* stream) = nullptr;
+  void (*layout_place)(const char* op, int rank, int device, const MoeDeviceLayoutArgs& a,
+                       void* stream) = nullptr;
+  void (*layout_combine_pack)(const char* op, int rank, int device, const MoeDeviceLayoutArgs& a,
+                              void* stream) = nullptr;
 };
 
 }  // namespace symmem::detail

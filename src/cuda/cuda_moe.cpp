@@ -68,6 +68,15 @@ void combine(const char* op, int rank, int device, const detail::MoeCombineArgs&
   if (e != cudaSuccess) throw_cudart_error(op, rank, "launch_moe_combine", e, SYMMEM_WHERE);
 }
 
+// The launchers of a device layout, checked like gather's.
+template <int (*kLaunch)(const detail::MoeDeviceLayoutArgs&, void*)>
+void layout_step(const char* op, int rank, int device, const detail::MoeDeviceLayoutArgs& a,
+                 void* stream) {
+  DeviceGuard guard(device);
+  const auto e = static_cast<cudaError_t>(kLaunch(a, stream));
+  if (e != cudaSuccess) throw_cudart_error(op, rank, "launch_moe_layout_*", e, SYMMEM_WHERE);
+}
+
 }  // namespace
 
 const detail::MoeDeviceApi* moe_device_api() {
@@ -80,6 +89,9 @@ const detail::MoeDeviceApi* moe_device_api() {
     a.copy = &copy;
     a.gather = &gather;
     a.combine = &combine;
+    a.layout_route_pack = &layout_step<&launch_moe_layout_route_pack>;
+    a.layout_place = &layout_step<&launch_moe_layout_place>;
+    a.layout_combine_pack = &layout_step<&launch_moe_layout_combine_pack>;
     return a;
   }();
   return &api;

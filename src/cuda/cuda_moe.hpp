@@ -12,6 +12,10 @@ namespace symmem::cuda {
 // launch as an int (0: success). Nothing is launched when there is nothing to do.
 int launch_moe_gather(const detail::MoeGatherArgs& a, void* stream);
 int launch_moe_combine(const detail::MoeCombineArgs& a, void* stream);
+// A device layout's kernels (route then pack; place then unpack; combine's pack).
+int launch_moe_layout_route_pack(const detail::MoeDeviceLayoutArgs& a, void* stream);
+int launch_moe_layout_place(const detail::MoeDeviceLayoutArgs& a, void* stream);
+int launch_moe_layout_combine_pack(const detail::MoeDeviceLayoutArgs& a, void* stream);
 
 // The table (static storage, never null).
 const detail::MoeDeviceApi* moe_device_api();
