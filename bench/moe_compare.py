@@ -12,8 +12,9 @@ NVSHMEM backend, chosen before the first allocation):
   --impl torch   torch.ops.symm_mem.all_to_all_vdev_2d: input rows sorted by expert (one row per
                  token and expert, the layout torch's op takes), output grouped by local expert,
                  then source rank: the rows of symmem's recv_x, in the same order.
-  --impl symmem  moe_dispatch (normal: with and without moe_layout; low_latency: replayed from a
-                 CUDA graph; fp8 with scales), moe_combine (normal; low_latency under a graph),
+  --impl symmem  moe_dispatch (normal: with and without moe_layout; low_latency routed on the
+                 device, replayed from a CUDA graph; fp8 with scales), moe_combine (normal;
+                 low_latency under a graph),
                  and all_to_all (zero copy, symmetric buffers) of the bytes one dispatch sends.
 Times are the slowest rank's median of CUDA-event times per call. Each rank writes
 <out>/<impl>.rank<r>.json (times, whether its rows equal the reference, a SHA-256 of them).
@@ -279,13 +280,22 @@ def worker(args):
                     settle()
                     dense = torch.cat([recv[e, :c] for e, c in
                                        enumerate(layout.expert_counts)])
+                    # Routed on the device (what a decode step captures in a graph): the same
+                    # rows as the layout routed on the host.
+                    kw = {"device_layout": True} if cuda else {}
+                    dl = symmem.moe_layout(idx, E, group=g, device=dev, mode="low_latency",
+                                           max_tokens=T, **kw)
+                    recv2 = torch.zeros_like(recv)
+                    symmem.moe_dispatch(x, dl, recv2)
+                    settle()
                     report["results"][f"dispatch_ll/{T}"] = {
-                        "ok": bool(torch.equal(dense, want)), "sha256": digest(torch, dense)}
+                        "ok": bool(torch.equal(dense, want)) and bool(torch.equal(recv, recv2)),
+                        "sha256": digest(torch, dense)}
                     report["timings"][f"dispatch_ll_graph/{T}"] = median_us(
-                        lambda: symmem.moe_dispatch(x, layout, recv), graph=True)
+                        lambda: symmem.moe_dispatch(x, dl, recv2), graph=True)
                     out = torch.empty((T, H), dtype=bf16, device=device)
                     report["timings"][f"combine_ll_graph/{T}"] = median_us(
-                        lambda: symmem.moe_combine(recv, layout, w, out), graph=True)
+                        lambda: symmem.moe_combine(recv2, dl, w, out), graph=True)
                     settle()
                     report["results"][f"combine_ll/{T}"] = {
                         "ok": bool(torch.equal(out, x * (K * 0.125))),

@@ -3,6 +3,8 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstdint>
+
 #include "common.hpp"
 #include "symmem/moe.hpp"
 
@@ -112,9 +114,10 @@ Where layout_where(nb::handle topk_idx, nb::handle device, nb::handle stream, co
 }
 
 MoeOptions moe_options(const Where& w, const std::string& mode, size_t max_tokens,
-                       nb::handle timeout, const char* op, int rank) {
+                       nb::handle timeout, const char* op, int rank, bool device_layout = false) {
   MoeOptions o;
   static_cast<OpOptions&>(o) = options(w, timeout, op);
+  o.device_layout = device_layout;
   if (mode == "low_latency" || mode == "ll")
     o.mode = MoeMode::low_latency;
   else if (mode != "normal")
@@ -166,6 +169,14 @@ void bind_moe(nb::module_& m) {
           },
           "row_source as the bytes of an int64 [rows, 3] array in native byte order: what "
           "torch.frombuffer or numpy.frombuffer read without a Python object per row.")
+      .def_prop_ro("device_layout", &MoeLayout::device_layout,
+                   "Routed on the device (moe_layout(device_layout=True)): expert_counts and "
+                   "row_source are then on the device or absent.")
+      .def_prop_ro(
+          "expert_counts_ptr",
+          [](const MoeLayout& l) { return reinterpret_cast<uintptr_t>(l.expert_counts_device()); },
+          "A device layout's expert counts: the address of int64 [num_local_experts] in device "
+          "memory, written by each dispatch on its stream (0 for other layouts).")
       .def("expert_offset", &MoeLayout::expert_offset, "e"_a,
            "The row of recv_x where local expert e begins.")
       .def(
@@ -184,29 +195,31 @@ void bind_moe(nb::module_& m) {
   m.def(
       "moe_layout",
       [](nb::handle topk_idx, int num_experts, const std::string& mode, size_t max_tokens,
-         nb::handle group, nb::handle timeout, nb::handle device, nb::handle stream) {
+         nb::handle group, nb::handle timeout, nb::handle device, nb::handle stream,
+         bool device_layout) {
         const char* op = "moe_layout";
         Group g = resolve_alloc_group(group, op);
         Where w = layout_where(topk_idx, device, stream, g, op);
         Arg idx = topk_arg(topk_idx, op, g.rank(), w.stream);
-        MoeOptions o = moe_options(w, mode, max_tokens, timeout, op, g.rank());
+        MoeOptions o = moe_options(w, mode, max_tokens, timeout, op, g.rank(), device_layout);
         nb::gil_scoped_release r;
         return moe_layout(idx.ref.data, idx.dtype, static_cast<size_t>(idx.ref.shape[0]),
                           static_cast<int>(idx.ref.shape[1]), num_experts, g, o);
       },
       "topk_idx"_a, "num_experts"_a, nb::kw_only(), "mode"_a = "normal", "max_tokens"_a = 0,
       "group"_a.none() = nb::none(), "timeout"_a.none() = nb::none(),
-      "device"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
+      "device"_a.none() = nb::none(), "stream"_a.none() = nb::none(), "device_layout"_a = false,
       nb::sig("def moe_layout(topk_idx: object, num_experts: int, *, mode: str = 'normal', "
               "max_tokens: int = 0, group: Group | None = None, "
               "timeout: float | datetime.timedelta | None = None, device: object = None, "
-              "stream: object = None) -> MoeLayout"),
+              "stream: object = None, device_layout: bool = False) -> MoeLayout"),
       "Collective: exchanges which tokens (topk_idx [tokens, topk] int32/int64, -1 = dropped) go "
       "to which of num_experts experts (split evenly over the ranks). mode 'low_latency' gives "
       "every local expert world_size * max_tokens rows. device: where dispatch/combine's data "
       "will be (default: topk_idx's device; a GPU layout reads a host or device topk_idx). "
       "stream (CUDA): None is torch's current stream; a GPU layout synchronises it once to read "
-      "topk_idx.");
+      "topk_idx. device_layout=True (low_latency on a GPU, topk_idx on the GPU): nothing is read "
+      "now; every dispatch routes on the device with what topk_idx holds then (CUDA graphs).");
 
   m.def(
       "moe_layout_restore",

@@ -92,3 +92,57 @@ def test_torch_ops_fp8_match_the_host(g):
     for a, b in zip(res["cpu"], res["cuda"]):
         assert a.shape == b.shape
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+def test_device_layout_replays_new_routing_from_a_graph(g):
+    """moe_layout(device_layout=True): routed on the GPU at every dispatch, so a CUDA graph of
+    dispatch + combine replayed after new routing was copied into topk_idx gives the results of
+    the new routing (against the CPU, bitwise)."""
+    me, w = g.rank, g.world_size
+    local, k, h = 4, 3, 256
+    t = 16 + me
+    max_tokens = 16 + w
+    x = randn((t, h), 60 + me, torch.bfloat16)
+    wts = randn((t, k), 70 + me, torch.float32)
+    routes = [routing(me, t, k, local * w, seed=s, drop=0.1) for s in (8, 9)]
+
+    def host(idx):
+        layout = symmem.moe_layout(idx, local * w, mode="low_latency", max_tokens=max_tokens,
+                                   group=g, device="cpu")
+        recv = torch.full(layout.recv_shape(h), 7.0, dtype=torch.bfloat16)
+        symmem.moe_dispatch(x, layout, recv)
+        y = (recv.float() * 3 - 1).to(torch.bfloat16)
+        out = torch.empty((t, h), dtype=torch.bfloat16)
+        symmem.moe_combine(y, layout, wts, out)
+        return recv, out
+
+    d_idx = routes[0].cuda()
+    layout = symmem.moe_layout(d_idx, local * w, mode="low_latency", max_tokens=max_tokens,
+                               group=g, device="cuda", device_layout=True)
+    assert layout.device_layout and layout.expert_counts_ptr != 0
+    d_x, d_w = x.cuda(), wts.cuda()
+    recv = torch.full(layout.recv_shape(h), 7.0, dtype=torch.bfloat16, device="cuda")
+    y = torch.empty_like(recv)
+    out = torch.empty((t, h), dtype=torch.bfloat16, device="cuda")
+
+    def step():
+        symmem.moe_dispatch(d_x, layout, recv)
+        y.copy_((recv.float() * 3 - 1).to(torch.bfloat16))
+        symmem.moe_combine(y, layout, d_w, out)
+
+    step()  # eager: also grows the exchange buffers before the capture
+    torch.cuda.synchronize()
+    hr, ho = host(routes[0])
+    assert torch.equal(recv.cpu().view(torch.int16), hr.view(torch.int16))
+    assert torch.equal(out.cpu().view(torch.int16), ho.view(torch.int16))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        step()
+    for idx in routes:
+        d_idx.copy_(idx)
+        recv.fill_(7.0)
+        graph.replay()
+        torch.cuda.synchronize()
+        hr, ho = host(idx)
+        assert torch.equal(recv.cpu().view(torch.int16), hr.view(torch.int16))
+        assert torch.equal(out.cpu().view(torch.int16), ho.view(torch.int16))

@@ -7,7 +7,8 @@
 // combine's output byte for byte. Routing: uniform, zipf-skewed, all top-k experts on one rank,
 // slots dropped (-1), a rank with no tokens; topk_idx int32 and int64, in device or host memory;
 // bf16 and fp8 tokens, f32/f16/bf16 expert outputs; normal and low_latency layouts; a layout
-// rebuilt with moe_layout_restore; the same calls replayed from a CUDA graph.
+// rebuilt with moe_layout_restore; the same calls replayed from a CUDA graph; low_latency layouts
+// routed on the device (MoeOptions::device_layout), replayed from a graph with new routing.
 
 #include <cuda_runtime_api.h>
 
@@ -307,6 +308,187 @@ void run_case(const Case& c) {
   check("graph");
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
+}
+
+// The host reference of one routing: recv_x, recv_scales, expert counts and combine's out.
+struct HostRun {
+  std::vector<char> recv, recv_scales, out;
+  std::vector<int64_t> counts;
+};
+HostRun host_run(const Case& c, const std::vector<char>& idx, size_t T, size_t max_tokens,
+                 const std::vector<char>& x, const std::vector<float>& scales,
+                 const std::vector<char>& y, const std::vector<float>& weights) {
+  const Group& g = g_group;
+  const int experts = c.experts_per_rank * g.world_size();
+  const bool fp8 = c.x_dtype == DType::f8e4m3 || c.x_dtype == DType::f8e5m2;
+  const size_t H = c.hidden, S = fp8 ? H / 128 : 0;
+  MoeOptions ho;
+  ho.device = Device::cpu();
+  ho.timeout = kTimeout;
+  ho.mode = MoeMode::low_latency;
+  ho.max_tokens = max_tokens;
+  MoeLayout hl = moe_layout(idx.data(), c.idx_dtype, T, c.topk, experts, g, ho);
+  HostRun h;
+  const size_t rows = hl.recv_rows();
+  h.recv.assign(rows * H * dtype_size(c.x_dtype), static_cast<char>(0xEE));
+  h.recv_scales.assign(rows * S * 4, static_cast<char>(0xEE));
+  h.out.assign(T * H * dtype_size(c.y_dtype), static_cast<char>(0xEE));
+  const OpOptions& o = ho;
+  moe_dispatch(hl, x.data(), c.x_dtype, H, fp8 ? scales.data() : nullptr, h.recv.data(),
+               fp8 ? reinterpret_cast<float*>(h.recv_scales.data()) : nullptr, o);
+  moe_combine(hl, y.data(), c.y_dtype, H, weights.data(), h.out.data(), o);
+  h.counts = hl.expert_counts();
+  return h;
+}
+
+// A low_latency layout routed on the device (MoeOptions::device_layout): eager, then a CUDA
+// graph of dispatch + combine replayed after new routing was written into topk_idx. recv_x is
+// reset to 0xEE before each run, so the rows a routing does not write compare too.
+void run_device_layout_case(const Case& c) {
+  SCOPED_TRACE(c.name + " (device layout)");
+  const Group& g = g_group;
+  const int world = g.world_size(), rank = g.rank();
+  const int experts = c.experts_per_rank * world;
+  const size_t T = tokens_of(c, rank), H = c.hidden, K = static_cast<size_t>(c.topk);
+  const bool fp8 = c.x_dtype == DType::f8e4m3 || c.x_dtype == DType::f8e5m2;
+  const size_t S = fp8 ? H / 128 : 0;
+  size_t max_tokens = 0;
+  for (int r = 0; r < world; ++r) max_tokens = std::max(max_tokens, tokens_of(c, r));
+  const size_t L = static_cast<size_t>(c.experts_per_rank), rows = L * world * max_tokens;
+  std::vector<float> xf(T * H), scales(T * S), weights(T * K), yf(rows * H);
+  for (size_t i = 0; i < xf.size(); ++i) xf[i] = value(static_cast<uint32_t>(i), 500u + rank);
+  for (size_t i = 0; i < scales.size(); ++i)
+    scales[i] = value(static_cast<uint32_t>(i), 600u + rank);
+  for (size_t i = 0; i < weights.size(); ++i)
+    weights[i] = value(static_cast<uint32_t>(i), 700u + rank) / 2;
+  for (size_t i = 0; i < yf.size(); ++i) yf[i] = value(static_cast<uint32_t>(i), 800u + rank);
+  const std::vector<char> x = floats_as(c.x_dtype, xf), y = floats_as(c.y_dtype, yf);
+  Case second = c;
+  second.seed = c.seed + 1000;
+  const std::vector<char> idx1 = idx_bytes(routing_of(c, rank, world), c.idx_dtype);
+  const std::vector<char> idx2 = idx_bytes(routing_of(second, rank, world), c.idx_dtype);
+  const HostRun h1 = host_run(c, idx1, T, max_tokens, x, scales, y, weights);
+  const HostRun h2 = host_run(c, idx2, T, max_tokens, x, scales, y, weights);
+
+  Stream s;
+  MoeOptions go;
+  go.device = Device::cuda(g_device);
+  go.stream = s.get();
+  go.timeout = kTimeout;
+  go.mode = MoeMode::low_latency;
+  go.max_tokens = max_tokens;
+  go.device_layout = true;
+  DevBuf d_idx(idx1.size()), d_x(x.size()), d_scales(scales.size() * 4),
+      d_weights(weights.size() * 4), d_recv(h1.recv.size()), d_recv_scales(h1.recv_scales.size()),
+      d_y(y.size()), d_out(h1.out.size());
+  d_idx.upload(idx1.data());
+  d_x.upload(x.data());
+  d_scales.upload(scales.data());
+  d_weights.upload(weights.data());
+  d_y.upload(y.data());
+  MoeLayout gl = moe_layout(d_idx.get(), c.idx_dtype, T, c.topk, experts, g, go);
+  ASSERT_TRUE(gl.device_layout());
+  ASSERT_EQ(gl.recv_rows(), rows);
+  ASSERT_NE(gl.expert_counts_device(), nullptr);
+  const OpOptions& gopt = go;
+  auto reset = [&] {
+    CUDA_OK(cudaMemsetAsync(d_recv.get(), 0xEE, h1.recv.size(), s.get()));
+    if (fp8) CUDA_OK(cudaMemsetAsync(d_recv_scales.get(), 0xEE, h1.recv_scales.size(), s.get()));
+    CUDA_OK(cudaMemsetAsync(d_out.get(), 0x11, h1.out.size(), s.get()));
+  };
+  auto both = [&] {
+    moe_dispatch(gl, d_x.get(), c.x_dtype, H, fp8 ? d_scales.get<float>() : nullptr, d_recv.get(),
+                 fp8 ? d_recv_scales.get<float>() : nullptr, gopt);
+    moe_combine(gl, d_y.get(), c.y_dtype, H, d_weights.get<float>(), d_out.get(), gopt);
+  };
+  auto check = [&](const HostRun& h, const char* what) {
+    CUDA_OK(cudaStreamSynchronize(s.get()));
+    SCOPED_TRACE(what);
+    EXPECT_BYTES_EQ(d_recv.download(), h.recv, "recv_x");
+    if (fp8) {
+      EXPECT_BYTES_EQ(d_recv_scales.download(), h.recv_scales, "recv_scales");
+    }
+    EXPECT_BYTES_EQ(d_out.download(), h.out, "out");
+    std::vector<int64_t> counts(L);
+    CUDA_OK(cudaMemcpy(counts.data(), gl.expert_counts_device(), L * 8, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(counts, h.counts);
+  };
+  reset();
+  both();
+  check(h1, "eager");
+  // The host-side accessors of a device layout say where the counts are.
+  EXPECT_THROW((void)gl.expert_counts(), Error);
+  EXPECT_THROW((void)gl.row_source(), Error);
+
+  // Captured once, replayed with the first routing, then with the second.
+  CUDA_OK(cudaStreamSynchronize(s.get()));
+  cudaGraph_t graph = nullptr;
+  CUDA_OK(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeThreadLocal));
+  bool captured = true;
+  try {
+    both();
+  } catch (const Error& e) {
+    ADD_FAILURE() << "capture: " << e.what();
+    captured = false;
+  }
+  CUDA_OK(cudaStreamEndCapture(s.get(), &graph));
+  if (!captured) {
+    cudaGraphDestroy(graph);
+    return;
+  }
+  cudaGraphExec_t exec = nullptr;
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  reset();
+  CUDA_OK(cudaGraphLaunch(exec, s.get()));
+  check(h1, "graph, first routing");
+  d_idx.upload(idx2.data());  // synchronises the device: the graph reads it at its next launch
+  reset();
+  CUDA_OK(cudaGraphLaunch(exec, s.get()));
+  check(h2, "graph, second routing");
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+TEST(CudaMoe, DeviceLayoutBitwiseEqualToHost) {
+  std::vector<Case> cases;
+  {
+    Case c;
+    c.name = "bf16, dropped slots, a rank without tokens";
+    c.drop = 0.2;
+    c.empty_rank = 1;
+    c.seed = 11;
+    cases.push_back(c);
+  }
+  {
+    Case c;
+    c.name = "fp8 with scales, zipf, int32 topk_idx, f32 out";
+    c.x_dtype = DType::f8e4m3;
+    c.routing = Routing::zipf;
+    c.idx_dtype = DType::i32;
+    c.y_dtype = DType::f32;
+    c.seed = 12;
+    cases.push_back(c);
+  }
+  {
+    Case c;
+    c.name = "all top-k on one rank, odd hidden, f16 out";
+    c.routing = Routing::one_rank;
+    c.hidden = 100;
+    c.y_dtype = DType::f16;
+    c.seed = 13;
+    cases.push_back(c);
+  }
+  {
+    Case c;
+    c.name = "DeepEP decode: hidden 7168, top-8, 8 experts per rank, 128 tokens";
+    c.tokens = 128;
+    c.hidden = 7168;
+    c.topk = 8;
+    c.experts_per_rank = 8;
+    c.seed = 14;
+    cases.push_back(c);
+  }
+  for (const Case& c : cases) run_device_layout_case(c);
 }
 
 TEST(CudaMoe, BitwiseEqualToHost) {
