@@ -13,7 +13,8 @@
 // a rank sends to another, summed over the ranks) over the slowest rank's median xfer time.
 // With a GPU backend every buffer (topk_idx too) is device memory, the ops run on the default
 // stream and a time is the wall time of the call up to the device's completion (the results are
-// read back and checked the same way).
+// read back and checked the same way). --mode ll on a GPU times xfer(us) and combine on a layout
+// routed on the device (MoeOptions::device_layout), checked against the host-routed one.
 
 #include <algorithm>
 #include <chrono>
@@ -292,6 +293,29 @@ int moe_main(int argc, char** argv) {
     for (size_t i = 0; i < rows; ++i)
       if (src[3 * i] >= 0 && src[3 * i] != rank) crossing += static_cast<long long>(H * 2);
   }
+  // low_latency on a GPU: the data movement is timed on a layout routed on the device (no host
+  // synchronisation; MoeOptions::device_layout), whose rows and sums must equal the ones above.
+  MoeLayout moved = layout;
+  if (gpu && a.ll) {
+    MoeOptions dmo = mo;
+    dmo.device_layout = true;
+    moved = moe_layout(d_idx.p, DType::i64, T, a.topk, experts, g, dmo);
+    moe_dispatch(moved, d_x.p, xt, H, x_scales, d_recv.p, recv_scales_p, oo);
+    moe_combine(moved, d_y.p, DType::bf16, H, static_cast<float*>(d_w.p), d_out.p, oo);
+    io->synchronize();
+    std::vector<uint8_t> recv_d(rows * H * es);
+    std::vector<float> scales_d(rows * S);
+    std::vector<uint16_t> out_d(T * H);
+    if (!recv_d.empty()) io->download(recv_d.data(), d_recv.p, recv_d.size());
+    if (!scales_d.empty()) io->download(scales_d.data(), d_rsc.p, scales_d.size() * 4);
+    if (!out_d.empty()) io->download(out_d.data(), d_out.p, out_d.size() * 2);
+    for (size_t i = 0; i < rows; ++i) {  // the written rows (the others were never written)
+      if (src[3 * i] < 0) continue;
+      wrong += std::memcmp(&recv_d[i * H * es], &recv[i * H * es], H * es) != 0;
+      if (S) wrong += std::memcmp(&scales_d[i * S], &recv_scales[i * S], S * 4) != 0;
+    }
+    wrong += out_d != out;
+  }
   // Timing: the whole call (dispatch: layout + dispatch), then the data movement alone.
   OpOptions cpu;
   cpu.device = Device::cpu();
@@ -305,10 +329,10 @@ int moe_main(int argc, char** argv) {
           MoeLayout l = moe_layout(d_idx.p, DType::i64, T, a.topk, experts, g, mo);
           moe_dispatch(l, d_x.p, xt, H, x_scales, d_recv.p, recv_scales_p, oo);
         } else {
-          moe_dispatch(layout, d_x.p, xt, H, x_scales, d_recv.p, recv_scales_p, oo);
+          moe_dispatch(moved, d_x.p, xt, H, x_scales, d_recv.p, recv_scales_p, oo);
         }
       } else {
-        moe_combine(layout, d_y.p, DType::bf16, H, static_cast<float*>(d_w.p), d_out.p, oo);
+        moe_combine(moved, d_y.p, DType::bf16, H, static_cast<float*>(d_w.p), d_out.p, oo);
       }
       io->synchronize();
       if (it >= a.warmup) times.push_back(now_us() - t0);
