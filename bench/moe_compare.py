@@ -382,8 +382,11 @@ def driver(args):
     base = dict(os.environ, **SAFE_ENV)
     base["PYTHONPATH"] = os.path.join(build, "python") + os.pathsep + base.get("PYTHONPATH", "")
     envs = {
+        # NVSHMEM's symmetric heap holds torch's input and output (about 1 GB per PE at 4096
+        # tokens of hidden 7168): larger than its default unless the caller set it.
         "torch": dict(base, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(100 // args.np),
-                      NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME="lo", NVSHMEM_REMOTE_TRANSPORT="none"),
+                      NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME="lo", NVSHMEM_REMOTE_TRANSPORT="none",
+                      NVSHMEM_SYMMETRIC_SIZE=base.get("NVSHMEM_SYMMETRIC_SIZE", "3G")),
         "symmem": dict(base, SYMMEM_ALLOW_SHARED_GPU="1", SYMMEM_TIMEOUT_MS="60000"),
     }
     rcs = {}
