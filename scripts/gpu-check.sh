@@ -12,8 +12,10 @@
 # the others. Exit status: 0 when every step passed, 1 otherwise.
 # Knobs: GPU_CHECK_BUILD_DIR (default build-gpu), GPU_CHECK_BUDGET_S, GPU_CHECK_JOBS (16),
 # GPU_CHECK_SKIP (space-separated step-name prefixes to skip, e.g. "ctest_gpu_other bench_").
-# Order: configure, build, MPS, ctest_gpu_cuda, example, ctest_gpu_suite, ctest_gpu_other, one rank per GPU,
-# torch_compare, symmem-bench (the budget cuts from the end).
+# Order: configure, build, MPS, ctest_gpu_cuda, example, ctest_gpu_suite, ctest_gpu_moe,
+# ctest_gpu_other, one rank per GPU, torch_compare, symmem-bench (bench_cuda_moe, moe_compare and
+# tune_cuda among them; the budget cuts from the end: raise GPU_CHECK_BUDGET_S or use
+# GPU_CHECK_SKIP to run all of it in one call).
 set -u -o pipefail
 
 OUT=${1:?usage: bash scripts/gpu-check.sh OUTDIR}
@@ -193,8 +195,13 @@ if [ -d "$BUILD" ]; then
   STEP_DETAIL="the op suite of CI on the GPU backends (ops_suite_{cuda,nvshmem,nccl}_np{2,4})" \
     run_step ctest_gpu_suite 300 bash -c "cd '$BUILD' && ctest -L gpu -R '$SUITE_TESTS' --output-on-failure -j1"
   while IFS= read -r row; do [ -n "$row" ] && ROWS+=("$row"); done < <(ctest_rows "$OUT/ctest_gpu_suite.log" "  ")
+  # MoE dispatch/combine on GPU memory (issue #20): C++ and Python, bitwise against the host.
+  MOE_TESTS='^(gpu_moe_|python_moe_gpu_)'
+  STEP_DETAIL="MoE on the GPU vs the host implementation, 1/2/4 ranks (C++), 2/4 (torch)" \
+    run_step ctest_gpu_moe 200 bash -c "cd '$BUILD' && ctest -L gpu -R '$MOE_TESTS' --output-on-failure -j1"
+  while IFS= read -r row; do [ -n "$row" ] && ROWS+=("$row"); done < <(ctest_rows "$OUT/ctest_gpu_moe.log" "  ")
   STEP_DETAIL="every other gpu-labelled test (gpu_ops, nccl, nvshmem, python...)" \
-    run_step ctest_gpu_other 300 bash -c "cd '$BUILD' && ctest -L gpu -E '$CUDA_TESTS|$SUITE_TESTS' --output-on-failure -j1"
+    run_step ctest_gpu_other 300 bash -c "cd '$BUILD' && ctest -L gpu -E '$CUDA_TESTS|$SUITE_TESTS|$MOE_TESTS' --output-on-failure -j1"
   while IFS= read -r row; do [ -n "$row" ] && ROWS+=("$row"); done < <(ctest_rows "$OUT/ctest_gpu_other.log" "  ")
 fi
 
@@ -239,6 +246,23 @@ if [ -n "$SYMMEM_RUN" ] && [ -n "$SYMMEM_BENCH" ]; then
     run_step bench_cuda_all_ops 120 env SYMMEM_ALLOW_SHARED_GPU=1 SYMMEM_TIMEOUT_MS=30000 \
     "$SYMMEM_RUN" -n 4 -- "$SYMMEM_BENCH" --backend cuda --op all --dtype bf16 \
     -b 4096 -e 4194304 -f 4 --json "$OUT/bench_cuda_all_ops.jsonl"
+  # MoE (issue #20), DeepEP shapes: hidden 7168, top-8, 256 experts over 4 ranks; decode (128
+  # tokens per rank, low_latency) and prefill (4096, normal), bf16 and fp8 dispatch, bf16 combine;
+  # each run verified against the exact answer (symmem-bench exits non-zero when wrong).
+  STEP_DETAIL="moe_dispatch/combine, 4 ranks, H 7168, top-8, 256 experts, 128 ll + 4096 normal" \
+    run_step bench_cuda_moe 240 env SYMMEM_ALLOW_SHARED_GPU=1 SYMMEM_TIMEOUT_MS=60000 bash -c \
+    "set -e; for spec in '128 ll' '4096 normal'; do set -- \$spec
+       for op in 'moe_dispatch' 'moe_dispatch --fp8' 'moe_combine'; do
+         '$SYMMEM_RUN' -n 4 -- '$SYMMEM_BENCH' --backend cuda --op \$op --tokens \$1 --mode \$2 \
+           --hidden 7168 --topk 8 --experts 256 -n 10 -w 2
+       done
+     done"
+  if [ -f "$ROOT/bench/moe_compare.py" ]; then
+    STEP_DETAIL="bench/moe_compare.py: torch all_to_all_vdev_2d vs symmem dispatch vs all_to_all" \
+      run_step moe_compare 200 env SYMMEM_BUILD_DIR="$BUILD" python3 "$ROOT/bench/moe_compare.py" \
+      --build "$BUILD" --np 4 --out "$OUT/moe_compare"
+    [ -f "$OUT/moe_compare/moe_compare.md" ] && cp "$OUT/moe_compare/moe_compare.md" "$OUT/"
+  fi
   STEP_DETAIL="--op all, fp8 e4m3 and e5m2 (odd sizes), 4 ranks, 1 B..4 MiB" \
     run_step bench_cuda_fp8 90 env SYMMEM_ALLOW_SHARED_GPU=1 SYMMEM_TIMEOUT_MS=30000 bash -c \
     "'$SYMMEM_RUN' -n 4 -- '$SYMMEM_BENCH' --backend cuda --op all --dtype float8_e4m3fn \

@@ -21,6 +21,9 @@
 // [L, world_size * max_tokens, H]; rows past expert_counts()[e] are not written), so that
 // buffers have fixed shapes for CUDA graphs.
 //
+// A device layout (MoeOptions::device_layout) is filled by moe_dispatch: moe_combine with it
+// brings back the rows of the latest dispatch with it.
+//
 // combine: out[t] = sum over slots j in ascending order of topk_weights[t, j] * y(row of (t, j)),
 // accumulated in f32 (one rounding per multiply and per add, no fused multiply-add) and rounded
 // once to the output dtype; tokens with no live slot get zeros.
@@ -29,7 +32,13 @@
 // [T, H / 128] moves with them into recv_scales [recv_rows, H / 128]; H must be a multiple of
 // 128. Other dtypes move as bytes, without scales. y and out are f32, f16 or bf16.
 //
-// All pointers are CPU memory today (the host backend); GPU memory is Unsupported.
+// Memory: a layout is made for one device, MoeOptions::device, else (as for ops) the device of
+// the group's most recent allocation, else the CPU. On the CPU every pointer is CPU memory. For a
+// GPU (docs/moe.md, "On the GPU"): topk_idx may be device or host memory, x, x_scales, recv_x,
+// recv_scales, y, topk_weights and out are device memory on that GPU, dispatch and combine are
+// enqueued on OpOptions::stream (bitwise equal to the CPU results), and moe_layout synchronises
+// that stream to read topk_idx. With a kept layout, dispatch and combine may be captured in a CUDA
+// graph once a call with the same shapes has run (the exchange buffers are then large enough).
 
 #include <cstddef>
 #include <cstdint>
@@ -48,6 +57,13 @@ enum class MoeMode : int { normal = 0, low_latency = 1 };
 struct MoeOptions : OpOptions {
   MoeMode mode = MoeMode::normal;
   size_t max_tokens = 0;  // low_latency: the most tokens any rank passes (>= tokens)
+  // low_latency on a GPU only: route on the device. moe_layout() then reads nothing (topk_idx
+  // must be device memory; it is read by every moe_dispatch, on its stream, so a captured graph
+  // replays with whatever routing the array holds then); expert counts are written on the device
+  // by each dispatch (MoeLayout::expert_counts_device()); row_source() is not kept. Every rank
+  // passes the same max_tokens, topk and num_experts (checked). docs/moe.md, "Routing on the
+  // device".
+  bool device_layout = false;
 };
 
 // Where a rank's tokens go and where each received row came from. Made by moe_layout()
@@ -70,6 +86,11 @@ class SYMMEM_API MoeLayout {
   const std::vector<int64_t>& row_source() const;
   // The row of recv_x where expert e (local) begins.
   size_t expert_offset(int e) const;
+  // Routed on the device (MoeOptions::device_layout): expert_counts() and row_source() are then
+  // InvalidArgument; the counts are device memory, [num_local_experts()] int64, written by each
+  // moe_dispatch on its stream (null for other layouts).
+  bool device_layout() const;
+  const int64_t* expert_counts_device() const;
 
   struct Impl;
   explicit MoeLayout(std::shared_ptr<const Impl> impl);
@@ -84,9 +105,11 @@ SYMMEM_API MoeLayout moe_layout(const void* topk_idx, DType idx_dtype, size_t to
                                 int num_experts, const Group& group,
                                 const MoeOptions& options = {});
 
-// The layout that moe_layout() made, from what it returned (no communication): the same
-// topk_idx, its row_source() ([rows, 3]) and expert_counts(), the same group and options. For
-// callers that keep a layout as tensors (the torch ops of symmem.torch).
+// The layout that moe_layout() made, from what it returned: the same topk_idx, its row_source()
+// ([rows, 3]) and expert_counts() (both host memory), the same group and options. For callers
+// that keep a layout as tensors (the torch ops of symmem.torch). No communication on the CPU; a
+// layout for a GPU agrees on the size of its exchange buffers (a small CPU all-reduce, so it is
+// collective there).
 SYMMEM_API MoeLayout moe_layout_restore(const void* topk_idx, DType idx_dtype, size_t tokens,
                                         int topk, int num_experts, const int64_t* row_source,
                                         size_t rows, const int64_t* expert_counts,

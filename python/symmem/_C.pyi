@@ -644,6 +644,18 @@ class MoeLayout:
         row_source as the bytes of an int64 [rows, 3] array in native byte order: what torch.frombuffer or numpy.frombuffer read without a Python object per row.
         """
 
+    @property
+    def device_layout(self) -> bool:
+        """
+        Routed on the device (moe_layout(device_layout=True)): expert_counts and row_source are then on the device or absent.
+        """
+
+    @property
+    def expert_counts_ptr(self) -> int:
+        """
+        A device layout's expert counts: the address of int64 [num_local_experts] in device memory, written by each dispatch on its stream (0 for other layouts).
+        """
+
     def expert_offset(self, e: int) -> int:
         """The row of recv_x where local expert e begins."""
 
@@ -652,22 +664,22 @@ class MoeLayout:
         Shape of recv_x: (recv_rows, hidden), or (local experts, world_size * max_tokens, hidden) in low_latency mode.
         """
 
-def moe_layout(topk_idx: object, num_experts: int, *, mode: str = 'normal', max_tokens: int = 0, group: Group | None = None, timeout: float | datetime.timedelta | None = None) -> MoeLayout:
+def moe_layout(topk_idx: object, num_experts: int, *, mode: str = 'normal', max_tokens: int = 0, group: Group | None = None, timeout: float | datetime.timedelta | None = None, device: object = None, stream: object = None, device_layout: bool = False) -> MoeLayout:
     """
-    Collective: exchanges which tokens (topk_idx [tokens, topk] int32/int64, -1 = dropped) go to which of num_experts experts (split evenly over the ranks). mode 'low_latency' gives every local expert world_size * max_tokens rows.
-    """
-
-def moe_layout_restore(topk_idx: object, num_experts: int, row_source: object, expert_counts: object, *, mode: str = 'normal', max_tokens: int = 0, group: Group | None = None) -> MoeLayout:
-    """
-    The layout moe_layout() made, rebuilt without communication from the same topk_idx and the layout's row_source ([rows, 3] int64) and expert_counts (int64).
+    Collective: exchanges which tokens (topk_idx [tokens, topk] int32/int64, -1 = dropped) go to which of num_experts experts (split evenly over the ranks). mode 'low_latency' gives every local expert world_size * max_tokens rows. device: where dispatch/combine's data will be (default: topk_idx's device; a GPU layout reads a host or device topk_idx). stream (CUDA): None is torch's current stream; a GPU layout synchronises it once to read topk_idx. device_layout=True (low_latency on a GPU, topk_idx on the GPU): nothing is read now; every dispatch routes on the device with what topk_idx holds then (CUDA graphs).
     """
 
-def moe_dispatch(x: object, layout: MoeLayout, recv_x: object, *, x_scales: object = None, recv_scales: object = None, timeout: float | datetime.timedelta | None = None) -> None:
+def moe_layout_restore(topk_idx: object, num_experts: int, row_source: object, expert_counts: object, *, mode: str = 'normal', max_tokens: int = 0, group: Group | None = None, device: object = None, stream: object = None) -> MoeLayout:
     """
-    Collective: sends the tokens x [tokens, hidden] to their experts' ranks; recv_x (layout.recv_shape(hidden)) gets them grouped by local expert. fp8 x carries x_scales [tokens, hidden/128] float32 into recv_scales.
+    The layout moe_layout() made, rebuilt from the same topk_idx and the layout's row_source ([rows, 3] int64) and expert_counts (int64), both in CPU memory. Without communication on CPU memory; a GPU layout (device, default topk_idx's) agrees on its exchange buffers' size in one small collective.
     """
 
-def moe_combine(y: object, layout: MoeLayout, topk_weights: object, out: object, *, timeout: float | datetime.timedelta | None = None) -> None:
+def moe_dispatch(x: object, layout: MoeLayout, recv_x: object, *, x_scales: object = None, recv_scales: object = None, timeout: float | datetime.timedelta | None = None, stream: object = None) -> None:
+    """
+    Collective: sends the tokens x [tokens, hidden] to their experts' ranks; recv_x (layout.recv_shape(hidden)) gets them grouped by local expert. fp8 x carries x_scales [tokens, hidden/128] float32 into recv_scales. Every array on the layout's device; on a GPU the op is enqueued on `stream` (None: torch's current stream).
+    """
+
+def moe_combine(y: object, layout: MoeLayout, topk_weights: object, out: object, *, timeout: float | datetime.timedelta | None = None, stream: object = None) -> None:
     """
     Collective: brings the experts' outputs y (recv_x's layout) back and writes out [tokens, hidden] = the sum over each token's top-k slots of topk_weights * y, in f32, slot by slot.
     """

@@ -51,6 +51,11 @@ symmem_py_test(python_torch_mp_2 NP 2 FILES test_torch_mp.py LABELS gpu)
 foreach(np 2 3 4 8)
   symmem_py_test(python_moe_${np} NP ${np} FILES test_moe.py)
 endforeach()
+# The same on CUDA tensors (GPU path), bitwise against the CPU calls: ranks share the GPU.
+foreach(np 2 4)
+  symmem_py_test(python_moe_gpu_${np} NP ${np} FILES test_moe_gpu.py LABELS gpu
+                 ENV "SYMMEM_ALLOW_SHARED_GPU=1")
+endforeach()
 # GPU waits that time out (issues #17, #24): two ranks on one GPU.
 symmem_py_test(python_gpu_waits_2 NP 2 TIMEOUT 120 FILES test_gpu_mp.py LABELS gpu
                ENV "SYMMEM_ALLOW_SHARED_GPU=1")

@@ -20,6 +20,8 @@
 #include <set>
 #include <shared_mutex>
 #include <sstream>
+#include <string>
+#include <tuple>
 
 #include "core/check.hpp"
 #include "core/exchange.hpp"
@@ -60,6 +62,7 @@ struct GroupState {
   std::map<std::string, std::unique_ptr<StoreExchange>> exchanges;
   std::mutex workspace_mu;
   std::map<std::pair<int, int>, SymmetricMemory> workspaces;  // per device {type, index}
+  std::map<std::tuple<std::string, int, int>, SymmetricMemory> scratches;  // group_scratch()
 };
 
 using StateMap =
@@ -853,6 +856,27 @@ SymmetricMemory group_workspace(const Group& group, Device device, size_t bytes)
   group.impl()->workspace_generation.fetch_add(1, std::memory_order_release);
   ws = allocate_impl(group, want, device, AllocOptions{}, true);
   return ws;
+}
+
+SymmetricMemory group_scratch(const Group& group, Device device, size_t bytes,
+                              const std::string& purpose, bool may_grow) {
+  const char* op = "group_scratch";
+  if (!group.valid()) throw_invalid_argument(op, -1, "group", "is not a valid Group");
+  SYMMEM_CHECK_ARG(op, group.rank(), bytes > 0, "bytes", "= 0");
+  auto state = group_state(group);
+  std::lock_guard<std::mutex> lock(state->workspace_mu);
+  auto& s = state->scratches[{purpose, static_cast<int>(device.type), device.index}];
+  if (s.valid() && !s.impl()->alloc->freed.load() && s.size() >= bytes) return s;
+  if (!may_grow) return SymmetricMemory();
+  const size_t old = s.valid() ? s.size() : 0;
+  size_t want = std::max(bytes, old + old / 4);
+  want = (want + kWorkspaceGranule - 1) / kWorkspaceGranule * kWorkspaceGranule;
+  SYMMEM_LOG(INFO, ALLOC) << "rank " << group.rank() << ": group " << group.name() << " " << purpose
+                          << " scratch on " << to_string(device) << " grows from " << old << " to "
+                          << want << " bytes";
+  s = SymmetricMemory();
+  s = allocate_impl(group, want, device, AllocOptions{}, true);
+  return s;
 }
 
 }  // namespace symmem

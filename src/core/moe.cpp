@@ -10,20 +10,113 @@
 // into recv_x in the layout's order. combine reverses that: the expert rank sends each row back
 // to its token's rank in the layout's order restricted to that rank, which the token's rank can
 // recompute from its own topk_idx (per destination: local expert, then token, then slot), and
-// sums the rows with the router's weights there, slot by slot, in f32. The exchange runs in CPU
-// memory; the ops' symmetric workspace carries it between the ranks.
+// sums the rows with the router's weights there, slot by slot, in f32. On CPU memory the
+// exchange runs through the ops' symmetric workspace.
+//
+// NOTE [moe on the GPU]
+// A layout made for GPU memory (its device: MoeOptions::device, else the device of the group's
+// most recent allocation, as for ops) is built exactly as above on the host: moe_layout copies
+// topk_idx to the host when it lies in device memory (synchronising the stream) and exchanges
+// the metadata over the CPU. It then agrees, in one small CPU all-reduce, on the most tokens any
+// rank sends or receives in dispatch and the most rows any rank sends or receives in combine
+// (scratch_tokens, scratch_rows), and uploads once what the kernels need (GpuIndex: the tokens
+// per destination, row -> received token, the rows going back per source, (token, slot) -> row
+// coming back, and the row counts per peer). dispatch and combine then only enqueue work on
+// OpOptions::stream, through the cuda plugin's kernels (core/moe_device.hpp):
+//   dispatch: gather kernel (x rows and scales -> send pack, one 16-byte aligned pack per token
+//             and destination; block 0 writes the byte counts) | all_to_all_v of the group's GPU
+//             backend (counts on the device, known on both sides) | gather kernel (recv pack ->
+//             recv_x rows in the layout's order);
+//   combine:  gather kernel (y rows -> send pack, per source rank) | all_to_all_v | combine
+//             kernel (f32 sums in the host's order and rounding: bitwise equal to it).
+// The packs live in the group's "moe" scratch (group_scratch(): symmetric memory, so the
+// all_to_all_v pushes straight into the peers' receive packs). Its size is a function of the
+// agreed maxima and the row size, so every rank grows it in the same call; once it is large
+// enough, dispatch and combine neither allocate nor synchronise and may be captured in a CUDA
+// graph (a growth during capture is an error that says to warm up first).
+
+// NOTE [moe device layout]
+// With MoeOptions::device_layout (low_latency on a GPU) nothing is read at moe_layout(): it checks
+// that the ranks agree on max_tokens, topk and num_experts and allocates the layout's device
+// arrays (DeviceLayout). Each moe_dispatch routes on the device, reading topk_idx on its stream:
+//   route (one block): per expert, this rank's entries in (token, slot) order get their index
+//     among them (hist, slot_idx); per destination rank, its tokens get their place in the piece
+//     (dest_pos); prefixes give the pieces' counts and offsets and each entry's row in what
+//     combine brings back (slot_row: ordered by global expert, then index, as the expert ranks
+//     send the rows back);
+//   pack: per destination a count block (the entries per local expert of that rank), then one
+//     pack per token: header {token, its expert ids on that rank, their indices}, row, scales;
+//   all_to_all_v with counts computed on the device (recv counts are its output);
+//   place (one block): per local expert and source, the rows and where they start in the
+//     expert's slab (the sources' counts in order: rows by source, then token, slot, as
+//     symmem/moe.hpp orders them), the expert counts, and combine's plan (per source, where each
+//     expert's rows go in its piece);
+//   unpack: each received token's row to its rows: slab start + base[e][s] + its index.
+// combine: pack the rows of each (source, expert) range in the source's order | all_to_all_v
+// (counts from both sides' plans) | the f32 sums with slot_row. No host synchronisation, no
+// allocation once the scratch is large enough: dispatch and combine can be captured in a CUDA
+// graph and replayed with new routing in topk_idx. The sums and the row order are those of the
+// host (bitwise equal results); topk_idx values outside [-1, num_experts) are dropped on the
+// device (there is no host to raise an error).
 
 #include "symmem/moe.hpp"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "core/group_impl.hpp"
+#include "core/moe_device.hpp"
+#include "core/workspace.hpp"
+#include "symmem/backend.hpp"
 #include "symmem/error.hpp"
 
 namespace symmem {
+
+namespace {
+
+// The device arrays of a GPU layout (NOTE [moe on the GPU]), in one cudaMalloc.
+struct GpuIndex {
+  const detail::MoeDeviceApi* api = nullptr;
+  int device = -1;
+  void* base = nullptr;
+  int64_t* counts_in = nullptr;   // [4, world]: tokens sent, received (dispatch); rows sent,
+                                  // received (combine); per peer
+  int64_t* counts_out = nullptr;  // [4, world]: the same in 4-byte units of the current pack
+  int32_t* send_list = nullptr;   // per destination its tokens, concatenated
+  int32_t* row_token = nullptr;   // [rows]
+  int32_t* back_list = nullptr;   // per source rank the rows of recv_x that go back, concatenated
+  int32_t* slot_row = nullptr;    // [tokens, k]
+  int64_t n_send = 0, n_back = 0;
+  GpuIndex() = default;
+  GpuIndex(const GpuIndex&) = delete;
+  GpuIndex& operator=(const GpuIndex&) = delete;
+  ~GpuIndex() {
+    if (api != nullptr && base != nullptr) api->release(device, base);
+  }
+};
+
+// The device arrays of a layout routed on the device (NOTE [moe device layout]), in one
+// cudaMalloc; `arrays` holds their pointers (its other fields are filled per call).
+struct DeviceLayout {
+  const detail::MoeDeviceApi* api = nullptr;
+  int device = -1;
+  void* base = nullptr;
+  detail::MoeDeviceLayoutArgs arrays;
+  DeviceLayout() = default;
+  DeviceLayout(const DeviceLayout&) = delete;
+  DeviceLayout& operator=(const DeviceLayout&) = delete;
+  ~DeviceLayout() {
+    if (api != nullptr && base != nullptr) api->release(device, base);
+  }
+};
+
+}  // namespace
 
 struct MoeLayout::Impl {
   Group group;
@@ -50,6 +143,16 @@ struct MoeLayout::Impl {
   };
   mutable std::once_flag combine_once;
   mutable CombinePlan combine;
+  // GPU layouts (NOTE [moe on the GPU]); device is the CPU otherwise.
+  Device device = Device::cpu();
+  size_t scratch_tokens = 0;  // the most tokens any rank sends or receives in dispatch
+  size_t scratch_rows = 0;    // the most rows any rank sends or receives in combine
+  std::shared_ptr<GpuIndex> gpu;
+  // Routed on the device (NOTE [moe device layout]): topk_idx in device memory, read by every
+  // dispatch.
+  std::shared_ptr<DeviceLayout> dl;
+  const void* topk_dev = nullptr;
+  bool idx64 = true;
 };
 
 MoeLayout::MoeLayout() = default;
@@ -65,11 +168,33 @@ const MoeLayout::Impl& need(const MoeLayout& l, const char* op) {
   return *l.impl();
 }
 
-void cpu_only(const OpOptions& o, const char* op, int rank) {
-  if (o.device && o.device->is_cuda())
-    throw_error(ErrorCode::Unsupported, op, rank,
-                "GPU memory is not served yet: MoE dispatch/combine runs on CPU memory (host "
-                "backend); see docs/moe.md");
+// The device of a layout's data: OpOptions::device, else the device of the group's most recent
+// allocation, else the CPU (the rule of ops.hpp, without a buffer to look up).
+Device moe_device(const OpOptions& o, const Group& group) {
+  if (o.device) return *o.device;
+  const int last = group.impl()->last_alloc_device.load();
+  return last >= 0 ? Device::cuda(last) : Device::cpu();
+}
+
+// The cuda plugin's MoE entry points (BackendUnavailable where it cannot load).
+const detail::MoeDeviceApi* moe_api(const char* op, int rank) {
+  static const detail::MoeDeviceApi* api = [&] {
+    auto fn = get_backend("cuda")->extension(detail::kMoeDeviceExtension);
+    return static_cast<const detail::MoeDeviceApi*>(fn);
+  }();
+  if (api == nullptr || api->version != detail::kMoeDeviceApiVersion)
+    throw_error(ErrorCode::Internal, op, rank,
+                std::string("the cuda plugin has no '") + detail::kMoeDeviceExtension +
+                    "' entry point (a plugin of another version?)");
+  return api;
+}
+
+// dispatch/combine run where their layout was made.
+void same_device(const MoeLayout::Impl& l, const OpOptions& o, const char* op) {
+  if (o.device && !(*o.device == l.device))
+    throw_invalid_argument(op, l.rank, "options.device",
+                           "= " + to_string(*o.device) + " but the layout was made for " +
+                               to_string(l.device) + " (MoeOptions::device of moe_layout)");
 }
 
 // The inner ops run on the CPU whatever else the group has allocated.
@@ -137,10 +262,26 @@ size_t MoeLayout::recv_rows() const {
   return need(*this, "MoeLayout").rows;
 }
 const std::vector<int64_t>& MoeLayout::expert_counts() const {
-  return need(*this, "MoeLayout").expert_counts;
+  const Impl& l = need(*this, "MoeLayout::expert_counts");
+  if (l.dl)
+    throw_invalid_argument("MoeLayout::expert_counts", l.rank, "layout",
+                           "is routed on the device: its counts are device memory written by "
+                           "each dispatch (expert_counts_device())");
+  return l.expert_counts;
 }
 const std::vector<int64_t>& MoeLayout::row_source() const {
-  return need(*this, "MoeLayout").row_source;
+  const Impl& l = need(*this, "MoeLayout::row_source");
+  if (l.dl)
+    throw_invalid_argument("MoeLayout::row_source", l.rank, "layout",
+                           "is routed on the device, which keeps no row_source");
+  return l.row_source;
+}
+bool MoeLayout::device_layout() const {
+  return need(*this, "MoeLayout").dl != nullptr;
+}
+const int64_t* MoeLayout::expert_counts_device() const {
+  const Impl& l = need(*this, "MoeLayout");
+  return l.dl ? l.dl->arrays.expert_counts : nullptr;
 }
 size_t MoeLayout::expert_offset(int e) const {
   const Impl& l = need(*this, "MoeLayout::expert_offset");
@@ -163,7 +304,6 @@ std::shared_ptr<MoeLayout::Impl> route(const char* op, const void* topk_idx, DTy
   l->world = group.world_size();
   l->rank = group.rank();
   const int rank = l->rank, world = l->world;
-  cpu_only(options, op, rank);
   if (topk < 1)
     throw_invalid_argument(op, rank, "topk", "= " + std::to_string(topk) + " must be >= 1");
   if (num_experts < 1 || num_experts % world != 0)
@@ -217,12 +357,250 @@ std::shared_ptr<MoeLayout::Impl> route(const char* op, const void* topk_idx, DTy
   return l;
 }
 
+// topk_idx readable on the host: itself, or (a layout for GPU memory given an array in device
+// memory) a copy of it in `keep`, read after the caller's stream.
+const void* host_topk(const void* topk_idx, DType idx_dtype, size_t tokens, int topk, Device device,
+                      const OpOptions& o, const char* op, int rank, std::vector<int64_t>& keep) {
+  if (!device.is_cuda() || topk_idx == nullptr || tokens == 0 || topk < 1) return topk_idx;
+  if (idx_dtype != DType::i32 && idx_dtype != DType::i64) return topk_idx;  // route() says why
+  const detail::MoeDeviceApi* api = moe_api(op, rank);
+  if (api->device_of(topk_idx) < 0) return topk_idx;
+  const size_t bytes = tokens * static_cast<size_t>(topk) * dtype_size(idx_dtype);
+  keep.resize((bytes + sizeof(int64_t) - 1) / sizeof(int64_t));
+  api->copy(op, rank, device.index, keep.data(), topk_idx, bytes, o.stream, true);
+  return keep.data();
+}
+
+const MoeLayout::Impl::CombinePlan& combine_plan(const MoeLayout::Impl& l);
+
+// A layout for GPU memory: agree on the packs' sizes and upload the index arrays (NOTE [moe on
+// the GPU]). Collective (one CPU all-reduce).
+void prepare_gpu(MoeLayout::Impl& l, const OpOptions& o, const char* op) {
+  const detail::MoeDeviceApi* api = moe_api(op, l.rank);
+  const auto world = static_cast<size_t>(l.world);
+  const size_t k = static_cast<size_t>(l.k);
+  const auto& plan = combine_plan(l);
+  // counts_in: tokens sent, received; rows sent back, received back; per peer.
+  std::vector<int64_t> counts(4 * world);
+  int64_t sent = 0, received = 0, rows_sent = 0, rows_back = 0;
+  for (size_t p = 0; p < world; ++p) {
+    counts[p] = static_cast<int64_t>(l.send_tokens[p].size());
+    counts[world + p] = l.recv_tokens[p];
+    counts[2 * world + p] = static_cast<int64_t>(plan.by_source[p].size());
+    counts[3 * world + p] = plan.back_count[p];
+    sent += counts[p];
+    received += counts[world + p];
+    rows_sent += counts[2 * world + p];
+    rows_back += counts[3 * world + p];
+  }
+  // The kernels index rows with int32; a rank past that tells the others in the same all-reduce
+  // (the largest rank with the problem, or -1), so that every rank fails together.
+  const int64_t limit = INT32_MAX;
+  const bool too_many = l.rows > static_cast<size_t>(limit) ||
+                        l.tokens * k > static_cast<size_t>(limit) || received > limit ||
+                        rows_back > limit;
+  std::vector<int64_t> need{std::max(sent, received), std::max(rows_sent, rows_back),
+                            too_many ? l.rank : -1};
+  std::vector<int64_t> most(3);
+  OpOptions cpu;
+  cpu.timeout = o.timeout;
+  cpu.device = Device::cpu();
+  all_reduce(need.data(), most.data(), 3, DType::i64, ReduceOp::max, l.group, cpu);
+  if (most[2] >= 0)
+    throw_invalid_argument(op, l.rank, "topk_idx",
+                           "makes more than 2^31 - 1 rows or slots on rank " +
+                               std::to_string(most[2]) + "; the GPU path indexes them with int32");
+  l.scratch_tokens = static_cast<size_t>(most[0]);
+  l.scratch_rows = static_cast<size_t>(most[1]);
+  // One host image of the device arrays: int64 counts_in, counts_out, then the int32 lists.
+  auto g = std::make_shared<GpuIndex>();
+  g->n_send = sent;
+  g->n_back = rows_sent;
+  const size_t n32 =
+      static_cast<size_t>(sent) + l.rows + static_cast<size_t>(rows_sent) + l.tokens * k;
+  std::vector<int64_t> image(8 * world + (n32 + 1) / 2, 0);
+  std::copy(counts.begin(), counts.end(), image.begin());
+  auto* i32 = reinterpret_cast<int32_t*>(image.data() + 8 * world);
+  size_t at = 0;
+  for (size_t p = 0; p < world; ++p)
+    for (size_t t : l.send_tokens[p]) i32[at++] = static_cast<int32_t>(t);
+  for (size_t i = 0; i < l.rows; ++i) i32[at++] = static_cast<int32_t>(l.row_token[i]);
+  for (size_t p = 0; p < world; ++p)
+    for (size_t i : plan.by_source[p]) i32[at++] = static_cast<int32_t>(i);
+  for (size_t i = 0; i < l.tokens * k; ++i) i32[at++] = static_cast<int32_t>(plan.slot_row[i]);
+  const size_t bytes = image.size() * sizeof(int64_t);
+  g->base = api->alloc(op, l.rank, l.device.index, bytes);
+  g->api = api;
+  g->device = l.device.index;
+  api->copy(op, l.rank, l.device.index, g->base, image.data(), bytes, o.stream, true);
+  auto* base = static_cast<int64_t*>(g->base);
+  g->counts_in = base;
+  g->counts_out = base + 4 * world;
+  auto* lists = reinterpret_cast<int32_t*>(base + 8 * world);
+  g->send_list = lists;
+  g->row_token = g->send_list + sent;
+  g->back_list = g->row_token + l.rows;
+  g->slot_row = g->back_list + rows_sent;
+  l.gpu = std::move(g);
+}
+
+size_t align_to(size_t n, size_t a) {
+  return (n + a - 1) / a * a;
+}
+
+// A layout routed on the device (NOTE [moe device layout]). Collective: one CPU all-reduce in
+// which the ranks compare their arguments and report refusals, so that all fail together.
+MoeLayout device_layout(const char* op, const void* topk_idx, DType idx_dtype, size_t tokens,
+                        int topk, int num_experts, const Group& group, Device device,
+                        const MoeOptions& options) {
+  const int rank = group.rank(), world = group.world_size();
+  std::exception_ptr refused;
+  const detail::MoeDeviceApi* api = nullptr;
+  try {
+    if (options.mode != MoeMode::low_latency || !device.is_cuda())
+      throw_invalid_argument(op, rank, "options.device_layout",
+                             "needs mode low_latency and a GPU device (options.device)");
+    if (topk < 1)
+      throw_invalid_argument(op, rank, "topk", "= " + std::to_string(topk) + " must be >= 1");
+    if (num_experts < 1 || num_experts % world != 0)
+      throw_invalid_argument(op, rank, "num_experts",
+                             "= " + std::to_string(num_experts) +
+                                 " must be a positive multiple of the world size " +
+                                 std::to_string(world));
+    if (idx_dtype != DType::i32 && idx_dtype != DType::i64)
+      throw_invalid_argument(
+          op, rank, "topk_idx",
+          std::string("has dtype ") + dtype_info(idx_dtype).name + "; it takes int32 or int64");
+    if (options.max_tokens == 0 || tokens > options.max_tokens)
+      throw_invalid_argument(op, rank, "max_tokens",
+                             "= " + std::to_string(options.max_tokens) +
+                                 ": low_latency needs max_tokens >= tokens (" +
+                                 std::to_string(tokens) + ") and > 0");
+    const size_t slab = options.max_tokens * static_cast<size_t>(world);
+    if (slab > static_cast<size_t>(INT32_MAX) ||
+        options.max_tokens * static_cast<size_t>(topk) > static_cast<size_t>(INT32_MAX))
+      throw_invalid_argument(op, rank, "max_tokens", "is too large for int32 row indices");
+    api = moe_api(op, rank);
+    if (tokens > 0 && (topk_idx == nullptr || api->device_of(topk_idx) < 0))
+      throw_invalid_argument(op, rank, "topk_idx",
+                             "must be device memory: a device layout reads it on the device at "
+                             "every dispatch");
+  } catch (const Error&) {
+    refused = std::current_exception();
+  }
+  // Agreement: max and -min of what must be equal, and the largest refusing rank (or -1).
+  const auto mt = static_cast<int64_t>(options.max_tokens);
+  std::vector<int64_t> mine{mt,
+                            -mt,
+                            topk,
+                            -static_cast<int64_t>(topk),
+                            num_experts,
+                            -static_cast<int64_t>(num_experts),
+                            refused ? rank : -1};
+  std::vector<int64_t> most(mine.size());
+  OpOptions cpu;
+  cpu.timeout = options.timeout;
+  cpu.device = Device::cpu();
+  all_reduce(mine.data(), most.data(), mine.size(), DType::i64, ReduceOp::max, group, cpu);
+  if (refused) std::rethrow_exception(refused);
+  if (most[6] >= 0)
+    throw_invalid_argument(op, rank, "arguments",
+                           "rank " + std::to_string(most[6]) + " refused its arguments");
+  if (most[0] != -most[1] || most[2] != -most[3] || most[4] != -most[5])
+    throw_invalid_argument(op, rank, "max_tokens",
+                           "topk or num_experts differ between the ranks (a device layout needs "
+                           "the same on every rank)");
+  auto l = std::make_shared<MoeLayout::Impl>();
+  l->group = group;
+  l->world = world;
+  l->rank = rank;
+  l->mode = MoeMode::low_latency;
+  l->experts = num_experts;
+  l->local = num_experts / world;
+  l->k = topk;
+  l->tokens = tokens;
+  l->max_tokens = options.max_tokens;
+  l->device = device;
+  l->topk_dev = topk_idx;
+  l->idx64 = idx_dtype == DType::i64;
+  const auto W = static_cast<size_t>(world), L = static_cast<size_t>(l->local);
+  const auto E = static_cast<size_t>(num_experts), K = static_cast<size_t>(topk);
+  const size_t slab = l->max_tokens * W;
+  l->rows = L * slab;
+  l->expert_offset.resize(L);
+  for (size_t e = 0; e < L; ++e) l->expert_offset[e] = e * slab;
+  // The arrays: int64 first (13 per rank: the last one spare, so that the int32 ones start
+  // 8-byte aligned whatever the counts), then int32.
+  const size_t n64 = E + 13 * W + L, n32 = tokens * W + 2 * tokens * K + E + 3 * L * W;
+  const size_t bytes = align_to(n64 * 8 + n32 * 4, 16);
+  auto d = std::make_shared<DeviceLayout>();
+  d->base = api->alloc(op, rank, device.index, bytes);
+  d->api = api;
+  d->device = device.index;
+  std::vector<uint8_t> zeros(bytes, 0);
+  api->copy(op, rank, device.index, d->base, zeros.data(), bytes, options.stream, true);
+  auto* p64 = static_cast<int64_t*>(d->base);
+  auto take64 = [&](size_t n) {
+    int64_t* q = p64;
+    p64 += n;
+    return q;
+  };
+  detail::MoeDeviceLayoutArgs& a = d->arrays;
+  a.ebase = take64(E);
+  a.tok_count = take64(W);
+  a.send_units = take64(W);
+  a.send_off = take64(W);
+  a.recv_units = take64(W);
+  a.recv_off = take64(W);
+  a.back_rows = take64(W);
+  a.rows_back = take64(W);
+  a.off_back = take64(W);
+  a.recv_tokens = take64(W);
+  a.c_send_units = take64(W);
+  a.c_recv_units = take64(W);
+  (void)take64(W);
+  a.expert_counts = take64(L);
+  auto* p32 = reinterpret_cast<int32_t*>(p64);
+  auto take32 = [&](size_t n) {
+    int32_t* q = p32;
+    p32 += n;
+    return q;
+  };
+  a.dest_pos = take32(tokens * W);
+  a.slot_idx = take32(tokens * K);
+  a.slot_row = take32(tokens * K);
+  a.hist = take32(E);
+  a.cnt = take32(L * W);
+  a.base = take32(L * W);
+  a.pre = take32(W * L);
+  a.topk = topk_idx;
+  a.idx64 = l->idx64;
+  a.tokens = static_cast<int64_t>(tokens);
+  a.max_tokens = static_cast<int64_t>(l->max_tokens);
+  a.k = topk;
+  a.experts = num_experts;
+  a.world = world;
+  a.rank = rank;
+  a.local = l->local;
+  l->dl = std::move(d);
+  return MoeLayout(std::move(l));
+}
+
 }  // namespace
 
 MoeLayout moe_layout(const void* topk_idx, DType idx_dtype, size_t tokens, int topk,
                      int num_experts, const Group& group, const MoeOptions& options) {
   const char* op = "moe_layout";
-  auto l = route(op, topk_idx, idx_dtype, tokens, topk, num_experts, group, options);
+  if (!group.valid()) throw_invalid_argument(op, -1, "group", "is not a valid group");
+  const Device device = moe_device(options, group);
+  if (options.device_layout)
+    return device_layout(op, topk_idx, idx_dtype, tokens, topk, num_experts, group, device,
+                         options);
+  std::vector<int64_t> idx_copy;
+  const void* idx =
+      host_topk(topk_idx, idx_dtype, tokens, topk, device, options, op, group.rank(), idx_copy);
+  auto l = route(op, idx, idx_dtype, tokens, topk, num_experts, group, options);
+  l->device = device;
   const int rank = l->rank, world = l->world;
   const size_t k = static_cast<size_t>(topk);
   // Counts, then the tokens' expert ids.
@@ -302,6 +680,7 @@ MoeLayout moe_layout(const void* topk_idx, DType idx_dtype, size_t tokens, int t
     }
   }
   l->rows = l->row_token.size();
+  if (device.is_cuda()) prepare_gpu(*l, options, op);
   return MoeLayout(std::move(l));
 }
 
@@ -310,7 +689,17 @@ MoeLayout moe_layout_restore(const void* topk_idx, DType idx_dtype, size_t token
                              const int64_t* expert_counts, const Group& group,
                              const MoeOptions& options) {
   const char* op = "moe_layout_restore";
-  auto l = route(op, topk_idx, idx_dtype, tokens, topk, num_experts, group, options);
+  if (!group.valid()) throw_invalid_argument(op, -1, "group", "is not a valid group");
+  if (options.device_layout)
+    throw_invalid_argument(op, group.rank(), "options.device_layout",
+                           "a layout routed on the device keeps no row_source to restore from; "
+                           "keep the MoeLayout itself");
+  const Device device = moe_device(options, group);
+  std::vector<int64_t> idx_copy;
+  const void* idx =
+      host_topk(topk_idx, idx_dtype, tokens, topk, device, options, op, group.rank(), idx_copy);
+  auto l = route(op, idx, idx_dtype, tokens, topk, num_experts, group, options);
+  l->device = device;
   const auto world = static_cast<size_t>(l->world), local = static_cast<size_t>(l->local);
   const size_t slab = l->max_tokens * world;
   if (l->max_tokens > 0 ? rows != local * slab : false)
@@ -362,6 +751,7 @@ MoeLayout moe_layout_restore(const void* topk_idx, DType idx_dtype, size_t token
         op, l->rank, "expert_counts",
         "sum to " + std::to_string(at) + " but row_source has " + std::to_string(rows) + " rows");
   l->rows = rows;
+  if (device.is_cuda()) prepare_gpu(*l, options, op);
   return MoeLayout(std::move(l));
 }
 
@@ -403,6 +793,171 @@ const MoeLayout::Impl::CombinePlan& combine_plan(const MoeLayout::Impl& l) {
   return l.combine;
 }
 
+size_t align_up(size_t n, size_t a) {
+  return (n + a - 1) / a * a;
+}
+
+// This rank's part of the group's "moe" scratch, at least `bytes` (NOTE [moe on the GPU]).
+// Growing it is collective (every rank computes the same size in the same call) and cannot
+// happen while the stream is being captured into a CUDA graph.
+char* moe_scratch(const MoeLayout::Impl& l, const OpOptions& o, size_t bytes, const char* op) {
+  SymmetricMemory s = group_scratch(l.group, l.device, bytes, "moe", false);
+  if (!s.valid()) {
+    if (l.gpu->api->capturing(op, l.rank, l.device.index, o.stream))
+      throw_invalid_argument(op, l.rank, "stream",
+                             "is being captured into a CUDA graph, but this MoE call needs its "
+                             "exchange buffers grown (to " +
+                                 std::to_string(bytes) +
+                                 " bytes per rank), which cannot happen during capture: run the "
+                                 "same call once before capturing (warm up)");
+    s = group_scratch(l.group, l.device, bytes, "moe", true);
+  }
+  return static_cast<char*>(s.ptr(l.rank));
+}
+
+AllToAllVOptions gpu_exchange(const MoeLayout::Impl& l, const OpOptions& o) {
+  AllToAllVOptions a;
+  a.stream = o.stream;
+  a.timeout = o.timeout;
+  a.device = l.device;
+  a.recv_counts_known = true;
+  return a;
+}
+
+// The packs are moved as f32 elements (4 bytes): every pack is a multiple of 16 bytes, and f32
+// is an all_to_all_v dtype of every GPU backend.
+constexpr size_t kPackUnit = 4;
+
+void dispatch_gpu(const MoeLayout::Impl& l, const void* x, const float* x_scales, void* recv_x,
+                  float* recv_scales, size_t row_bytes, size_t scale_bytes, const OpOptions& o,
+                  const char* op) {
+  const GpuIndex& g = *l.gpu;
+  const auto world = static_cast<size_t>(l.world);
+  const size_t pack = align_up(row_bytes + scale_bytes, 16);
+  const size_t region = align_up(std::max<size_t>(l.scratch_tokens * pack, 1), 256);
+  char* send = moe_scratch(l, o, 2 * region, op);
+  char* recv = send + region;
+  detail::MoeGatherArgs a;
+  a.rows = g.n_send;
+  a.index = g.send_list;
+  a.seg[0] = {static_cast<const char*>(x), static_cast<int64_t>(row_bytes), send,
+              static_cast<int64_t>(pack), static_cast<int64_t>(row_bytes)};
+  a.seg[1] = {reinterpret_cast<const char*>(x_scales), static_cast<int64_t>(scale_bytes),
+              send + row_bytes, static_cast<int64_t>(pack), static_cast<int64_t>(scale_bytes)};
+  a.segments = scale_bytes > 0 ? 2 : 1;
+  a.count_in = g.counts_in;
+  a.count_out = g.counts_out;
+  a.count_n = static_cast<int>(2 * world);
+  a.count_scale = static_cast<int64_t>(pack / kPackUnit);
+  g.api->gather(op, l.rank, l.device.index, a, o.stream);
+  all_to_all_v(send, g.counts_out, recv, g.counts_out + world, nullptr, region / kPackUnit,
+               DType::f32, l.group, gpu_exchange(l, o));
+  detail::MoeGatherArgs b;
+  b.rows = static_cast<int64_t>(l.rows);
+  b.index = g.row_token;
+  b.seg[0] = {recv, static_cast<int64_t>(pack), static_cast<char*>(recv_x),
+              static_cast<int64_t>(row_bytes), static_cast<int64_t>(row_bytes)};
+  b.seg[1] = {recv + row_bytes, static_cast<int64_t>(pack), reinterpret_cast<char*>(recv_scales),
+              static_cast<int64_t>(scale_bytes), static_cast<int64_t>(scale_bytes)};
+  b.segments = scale_bytes > 0 ? 2 : 1;
+  g.api->gather(op, l.rank, l.device.index, b, o.stream);
+}
+
+void combine_gpu(const MoeLayout::Impl& l, const void* y, DType dtype, size_t hidden,
+                 const float* topk_weights, void* out, size_t row_bytes, const OpOptions& o,
+                 const char* op) {
+  const GpuIndex& g = *l.gpu;
+  const auto world = static_cast<size_t>(l.world);
+  const size_t stride = align_up(std::max<size_t>(row_bytes, 1), 16);
+  const size_t region = align_up(std::max<size_t>(l.scratch_rows * stride, 1), 256);
+  char* send = moe_scratch(l, o, 2 * region, op);
+  char* recv = send + region;
+  detail::MoeGatherArgs a;
+  a.rows = g.n_back;
+  a.index = g.back_list;
+  a.seg[0] = {static_cast<const char*>(y), static_cast<int64_t>(row_bytes), send,
+              static_cast<int64_t>(stride), static_cast<int64_t>(row_bytes)};
+  a.segments = 1;
+  a.count_in = g.counts_in + 2 * world;
+  a.count_out = g.counts_out + 2 * world;
+  a.count_n = static_cast<int>(2 * world);
+  a.count_scale = static_cast<int64_t>(stride / kPackUnit);
+  g.api->gather(op, l.rank, l.device.index, a, o.stream);
+  all_to_all_v(send, g.counts_out + 2 * world, recv, g.counts_out + 3 * world, nullptr,
+               region / kPackUnit, DType::f32, l.group, gpu_exchange(l, o));
+  detail::MoeCombineArgs c;
+  c.tokens = static_cast<int64_t>(l.tokens);
+  c.topk = l.k;
+  c.hidden = static_cast<int64_t>(hidden);
+  c.dtype = static_cast<int>(dtype);
+  c.slot_row = g.slot_row;
+  c.weights = topk_weights;
+  c.rows = recv;
+  c.row_stride = static_cast<int64_t>(stride);
+  c.out = static_cast<char*>(out);
+  if (hidden > 0) g.api->combine(op, l.rank, l.device.index, c, o.stream);
+}
+
+void dispatch_device_layout(const MoeLayout::Impl& l, const void* x, const float* x_scales,
+                            void* recv_x, float* recv_scales, size_t row_bytes, size_t scale_bytes,
+                            const OpOptions& o, const char* op) {
+  const DeviceLayout& d = *l.dl;
+  const auto W = static_cast<size_t>(l.world);
+  const size_t header = align_up((1 + 2 * static_cast<size_t>(l.k)) * 4, 16);
+  const size_t pack = align_up(header + row_bytes + scale_bytes, 16);
+  const size_t cb = align_up(static_cast<size_t>(l.local) * 4, 16);
+  const size_t region = align_up(W * cb + W * l.max_tokens * pack, 256);
+  char* send = moe_scratch(l, o, 2 * region, op);
+  detail::MoeDeviceLayoutArgs a = d.arrays;
+  a.x = static_cast<const char*>(x);
+  a.x_scales = reinterpret_cast<const char*>(x_scales);
+  a.recv_x = static_cast<char*>(recv_x);
+  a.recv_scales = reinterpret_cast<char*>(recv_scales);
+  a.row_bytes = static_cast<int64_t>(row_bytes);
+  a.scale_bytes = static_cast<int64_t>(scale_bytes);
+  a.header = static_cast<int64_t>(header);
+  a.pack = static_cast<int64_t>(pack);
+  a.cb = static_cast<int64_t>(cb);
+  a.send = send;
+  a.recv = send + region;
+  d.api->layout_route_pack(op, l.rank, l.device.index, a, o.stream);
+  AllToAllVOptions ao = gpu_exchange(l, o);
+  ao.recv_counts_known = false;  // the receive counts are the exchange's output
+  all_to_all_v(a.send, a.send_units, a.recv, a.recv_units, a.recv_off, region / kPackUnit,
+               DType::f32, l.group, ao);
+  d.api->layout_place(op, l.rank, l.device.index, a, o.stream);
+}
+
+void combine_device_layout(const MoeLayout::Impl& l, const void* y, DType dtype, size_t hidden,
+                           const float* topk_weights, void* out, size_t row_bytes,
+                           const OpOptions& o, const char* op) {
+  const DeviceLayout& d = *l.dl;
+  const size_t stride = align_up(std::max<size_t>(row_bytes, 1), 16);
+  const size_t most_rows = static_cast<size_t>(l.world) * l.max_tokens * static_cast<size_t>(l.k);
+  const size_t region = align_up(std::max<size_t>(most_rows * stride, 1), 256);
+  char* send = moe_scratch(l, o, 2 * region, op);
+  detail::MoeDeviceLayoutArgs a = d.arrays;
+  a.y = static_cast<const char*>(y);
+  a.y_row_bytes = static_cast<int64_t>(row_bytes);
+  a.stride = static_cast<int64_t>(stride);
+  a.send = send;
+  a.recv = send + region;
+  d.api->layout_combine_pack(op, l.rank, l.device.index, a, o.stream);
+  all_to_all_v(a.send, a.c_send_units, a.recv, a.c_recv_units, nullptr, region / kPackUnit,
+               DType::f32, l.group, gpu_exchange(l, o));
+  detail::MoeCombineArgs c;
+  c.tokens = static_cast<int64_t>(l.tokens);
+  c.topk = l.k;
+  c.hidden = static_cast<int64_t>(hidden);
+  c.dtype = static_cast<int>(dtype);
+  c.slot_row = a.slot_row;
+  c.weights = topk_weights;
+  c.rows = a.recv;
+  c.row_stride = static_cast<int64_t>(stride);
+  c.out = static_cast<char*>(out);
+  if (hidden > 0) d.api->combine(op, l.rank, l.device.index, c, o.stream);
+}
+
 }  // namespace
 
 void moe_dispatch(const MoeLayout& layout, const void* x, DType dtype, size_t hidden,
@@ -410,7 +965,7 @@ void moe_dispatch(const MoeLayout& layout, const void* x, DType dtype, size_t hi
                   const OpOptions& options) {
   const char* op = "moe_dispatch";
   const MoeLayout::Impl& l = need(layout, op);
-  cpu_only(options, op, l.rank);
+  same_device(l, options, op);
   const size_t es = dtype_size(dtype);
   size_t scales = 0;
   if (is_fp8(dtype)) {
@@ -433,6 +988,11 @@ void moe_dispatch(const MoeLayout& layout, const void* x, DType dtype, size_t hi
   if (l.rows > 0 && hidden > 0 && recv_x == nullptr)
     throw_invalid_argument(op, l.rank, "recv_x", "is null");
   const size_t row_bytes = hidden * es, scale_bytes = scales * sizeof(float);
+  if (l.dl)
+    return dispatch_device_layout(l, x, x_scales, recv_x, recv_scales, row_bytes, scale_bytes,
+                                  options, op);
+  if (l.device.is_cuda())
+    return dispatch_gpu(l, x, x_scales, recv_x, recv_scales, row_bytes, scale_bytes, options, op);
   const size_t pack = row_bytes + scale_bytes;
   const auto world = static_cast<size_t>(l.world);
   Scratch& buf = scratch();
@@ -464,7 +1024,7 @@ void moe_combine(const MoeLayout& layout, const void* y, DType dtype, size_t hid
                  const float* topk_weights, void* out, const OpOptions& options) {
   const char* op = "moe_combine";
   const MoeLayout::Impl& l = need(layout, op);
-  cpu_only(options, op, l.rank);
+  same_device(l, options, op);
   if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16)
     throw_invalid_argument(op, l.rank, "dtype",
                            std::string("= ") + dtype_info(dtype).name +
@@ -475,6 +1035,10 @@ void moe_combine(const MoeLayout& layout, const void* y, DType dtype, size_t hid
   if (l.tokens > 0 && hidden > 0 && out == nullptr)
     throw_invalid_argument(op, l.rank, "out", "is null");
   const size_t row_bytes = hidden * dtype_size(dtype);
+  if (l.dl)
+    return combine_device_layout(l, y, dtype, hidden, topk_weights, out, row_bytes, options, op);
+  if (l.device.is_cuda())
+    return combine_gpu(l, y, dtype, hidden, topk_weights, out, row_bytes, options, op);
   const auto world = static_cast<size_t>(l.world);
   const size_t k = static_cast<size_t>(l.k);
   // Back to the token ranks: rows of each source in layout order.

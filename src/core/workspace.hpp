@@ -10,6 +10,7 @@
 // long as the group.
 
 #include <cstddef>
+#include <string>
 
 #include "symmem/export.hpp"
 #include "symmem/group.hpp"
@@ -19,5 +20,13 @@
 namespace symmem {
 
 SYMMEM_API SymmetricMemory group_workspace(const Group& group, Device device, size_t bytes);
+
+// Like group_workspace, a symmetric allocation of at least `bytes` per rank kept with the group,
+// but one per `purpose` (e.g. "moe"), for an op that needs its own memory beside the workspace
+// the collectives it calls use. Collective when it grows (every rank asks for the same bytes in
+// the same order); grows by at least a quarter, rounded up to 1 MiB. !may_grow: an empty handle
+// instead of growing (the caller checks first whether it may take part in an allocation).
+SymmetricMemory group_scratch(const Group& group, Device device, size_t bytes,
+                              const std::string& purpose, bool may_grow = true);
 
 }  // namespace symmem

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cuda/cuda_memory.hpp"
+#include "cuda/cuda_moe.hpp"
 #include "cuda/cuda_ops.hpp"
 #include "cuda/driver.hpp"
 #include "cuda/gpu_rules.hpp"
@@ -53,9 +54,13 @@ class CudaBackend final : public Backend {
     return CudaMemory::create(group, info);
   }
 
+  // Entry points for the core and tools (Backend::extension): the async error query, the
+  // tuning signature, and the MoE dispatch/combine kernels (src/core/moe_device.hpp).
   void* extension(const std::string& name) override {
     if (name == kRaiseAsyncErrorExtension) return reinterpret_cast<void*>(&cuda_raise_async_errors);
     if (name == kTuningSignatureExtension) return reinterpret_cast<void*>(&cuda_tuning_signature);
+    if (name == detail::kMoeDeviceExtension)
+      return const_cast<detail::MoeDeviceApi*>(moe_device_api());
     return nullptr;
   }
 

@@ -944,7 +944,7 @@ void all_to_all_v(const Call& c) {
   const OpArgs& a = c.a;
   const size_t cap_bytes = a.recv_capacity * c.es;
   const bool zc_out = a.recv_sym.valid();
-  Ws w = get_ws(c, align_up(cap_bytes, 256));
+  Ws w = get_ws(c, zc_out ? 0 : align_up(cap_bytes, 256));  // zero copy: no staging area
   K::AllToAllVArgs k;
   k.sync = w.sync;
   k.matrix_local = reinterpret_cast<int64_t*>(w.local + w.L.matrix_offset);

@@ -3,12 +3,18 @@
 //
 //   symmem-run -n 4 -- symmem-bench --op moe_dispatch --tokens 128 --hidden 7168 --topk 8
 //       --experts 256 [--fp8] [--mode ll|normal] [--routing random|zipf] [--seed S]
+//       [--backend host|cuda|nccl|nvshmem]
 //
 // Tokens are small integers (exact in bf16 and fp8 e4m3), the experts scale their rows by a small
 // integer, so dispatch and combine have one exact answer each. dispatch times moe_layout plus
-// moe_dispatch (the layout exchange is part of a normal-mode dispatch); combine times
-// moe_combine. GB/s: the bytes that cross between ranks (rows and fp8 scales that a rank sends
-// to another, summed over the ranks) over the slowest rank's median time.
+// moe_dispatch (the layout exchange is part of a normal-mode dispatch; column med(us)) and
+// moe_dispatch alone with the layout kept (column xfer(us): the data movement); combine times
+// moe_combine (both columns). GB/s: the bytes that cross between ranks (rows and fp8 scales that
+// a rank sends to another, summed over the ranks) over the slowest rank's median xfer time.
+// With a GPU backend every buffer (topk_idx too) is device memory, the ops run on the default
+// stream and a time is the wall time of the call up to the device's completion (the results are
+// read back and checked the same way). --mode ll on a GPU times xfer(us) and combine on a layout
+// routed on the device (MoeOptions::device_layout), checked against the host-routed one.
 
 #include <algorithm>
 #include <chrono>
@@ -21,6 +27,7 @@
 #include <vector>
 
 #include "bench_format.hpp"
+#include "bench_mem.hpp"
 #include "symmem/symmem.hpp"
 
 namespace symmem::bench {
@@ -35,6 +42,7 @@ struct MoeArgs {
   int topk = 8, experts = 0;  // 0: 8 per rank
   bool fp8 = false;
   bool ll = false;
+  std::string backend = "host";
   std::string routing = "random";
   unsigned seed = 1;
   int iters = 10, warmup = 2;
@@ -46,7 +54,8 @@ struct MoeArgs {
                "[--topk K]\n"
                "                    [--experts E] [--fp8] [--mode normal|ll] "
                "[--routing random|zipf]\n"
-               "                    [--seed S] [-n ITERS] [-w WARMUP]\n"
+               "                    [--seed S] [-n ITERS] [-w WARMUP] "
+               "[--backend host|cuda|nccl|nvshmem]\n"
                "Defaults: --tokens 128 --hidden 7168 --topk 8 --experts 8 x ranks --mode normal "
                "-n 10 -w 2.\n";
   std::exit(2);
@@ -87,8 +96,11 @@ MoeArgs parse_moe(int argc, char** argv) {
     else if (k == "-w")
       a.warmup = std::stoi(val());
     else if (k == "--backend") {
-      std::string b = val();
-      if (b != "host" && b != "auto") moe_usage("MoE runs on the host backend today (docs/moe.md)");
+      a.backend = val();
+      if (a.backend == "auto") a.backend = "host";
+      if (a.backend != "host" && a.backend != "cuda" && a.backend != "nccl" &&
+          a.backend != "nvshmem")
+        moe_usage("unknown --backend " + a.backend);
     } else {
       moe_usage("unknown option " + k + " for MoE");
     }
@@ -155,6 +167,32 @@ int moe_main(int argc, char** argv) {
   if (a.fp8 && H % 128) moe_usage("--fp8 needs --hidden a multiple of 128");
   const size_t es = dtype_size(xt), S = a.fp8 ? H / 128 : 0;
 
+  // Where the buffers live.
+  const bool gpu = a.backend != "host";
+  if (gpu) select_backend(a.backend);
+  const Device device =
+      gpu ? Device::cuda(g.local_rank() % std::max(1, cuda_device_count())) : Device::cpu();
+  std::unique_ptr<MemIO> io;
+  if (gpu) {
+    std::string why;
+    io = make_cuda_io(device.index, &why);
+    if (!io) {
+      std::cerr << "symmem-bench: rank " << rank << ": backend " << a.backend << ": " << why
+                << "\n";
+      return 3;
+    }
+  } else {
+    io = make_host_io();
+  }
+  struct Buf {  // `bytes` of the bench's memory kind
+    MemIO* io;
+    void* p;
+    Buf(MemIO* m, size_t bytes) : io(m), p(m->alloc(bytes)) {}
+    ~Buf() { io->release(p); }
+    Buf(const Buf&) = delete;
+    Buf& operator=(const Buf&) = delete;
+  };
+
   std::vector<std::vector<int64_t>> idx(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r) idx[static_cast<size_t>(r)] = routing_of(a, r, experts);
   const auto& mine = idx[static_cast<size_t>(rank)];
@@ -166,20 +204,35 @@ int moe_main(int argc, char** argv) {
       convert_from_f32(xt, &v, &x[(t * H + h) * es], 1);
     }
   for (size_t i = 0; i < scales.size(); ++i) scales[i] = static_cast<float>(rank + 1 + i % 3);
+  std::vector<float> weights(T * K);
+  for (size_t i = 0; i < weights.size(); ++i) weights[i] = 0.125f * static_cast<float>(1 + i % 4);
+  Buf d_idx(io.get(), mine.size() * 8), d_x(io.get(), x.size()), d_sc(io.get(), scales.size() * 4),
+      d_w(io.get(), weights.size() * 4);
+  if (!mine.empty()) io->upload(d_idx.p, mine.data(), mine.size() * 8);
+  if (!x.empty()) io->upload(d_x.p, x.data(), x.size());
+  if (!scales.empty()) io->upload(d_sc.p, scales.data(), scales.size() * 4);
+  if (!weights.empty()) io->upload(d_w.p, weights.data(), weights.size() * 4);
+  auto* x_scales = a.fp8 ? static_cast<float*>(d_sc.p) : nullptr;
+
   MoeOptions mo;
-  mo.device = Device::cpu();
+  mo.device = device;
   if (a.ll) {
     mo.mode = MoeMode::low_latency;
     mo.max_tokens = T;
   }
-  MoeLayout layout = moe_layout(mine.data(), DType::i64, T, a.topk, experts, g, mo);
+  MoeLayout layout = moe_layout(d_idx.p, DType::i64, T, a.topk, experts, g, mo);
   const size_t rows = layout.recv_rows();
+  Buf d_recv(io.get(), rows * H * es), d_rsc(io.get(), rows * S * 4), d_y(io.get(), rows * H * 2),
+      d_out(io.get(), T * H * 2);
+  auto* recv_scales_p = a.fp8 ? static_cast<float*>(d_rsc.p) : nullptr;
+  OpOptions oo;
+  oo.device = device;
+  moe_dispatch(layout, d_x.p, xt, H, x_scales, d_recv.p, recv_scales_p, oo);
+  io->synchronize();
   std::vector<uint8_t> recv(rows * H * es);
   std::vector<float> recv_scales(rows * S);
-  OpOptions oo;
-  oo.device = Device::cpu();
-  moe_dispatch(layout, x.data(), xt, H, a.fp8 ? scales.data() : nullptr, recv.data(),
-               a.fp8 ? recv_scales.data() : nullptr, oo);
+  if (!recv.empty()) io->download(recv.data(), d_recv.p, recv.size());
+  if (!recv_scales.empty()) io->download(recv_scales.data(), d_rsc.p, recv_scales.size() * 4);
   // Check dispatch: every written row is its source token (and scales).
   long long wrong = 0;
   const auto& src = layout.row_source();
@@ -207,10 +260,11 @@ int moe_main(int argc, char** argv) {
         y[i * H + h] = bf16(f * v);
       }
   }
-  std::vector<float> weights(T * K);
-  for (size_t i = 0; i < weights.size(); ++i) weights[i] = 0.125f * static_cast<float>(1 + i % 4);
+  if (!y.empty()) io->upload(d_y.p, y.data(), y.size() * 2);
+  moe_combine(layout, d_y.p, DType::bf16, H, static_cast<float*>(d_w.p), d_out.p, oo);
+  io->synchronize();
   std::vector<uint16_t> out(T * H);
-  moe_combine(layout, y.data(), DType::bf16, H, weights.data(), out.data(), oo);
+  if (!out.empty()) io->download(out.data(), d_out.p, out.size() * 2);
   for (size_t t = 0; t < T; ++t)
     for (size_t h = 0; h < H; ++h) {
       float acc = 0;
@@ -239,42 +293,83 @@ int moe_main(int argc, char** argv) {
     for (size_t i = 0; i < rows; ++i)
       if (src[3 * i] >= 0 && src[3 * i] != rank) crossing += static_cast<long long>(H * 2);
   }
-  // Timing.
-  std::vector<double> times;
-  for (int it = 0; it < a.warmup + a.iters; ++it) {
-    barrier(g);
-    double t0 = now_us();
-    if (a.op == "moe_dispatch") {
-      MoeLayout l = moe_layout(mine.data(), DType::i64, T, a.topk, experts, g, mo);
-      moe_dispatch(l, x.data(), xt, H, a.fp8 ? scales.data() : nullptr, recv.data(),
-                   a.fp8 ? recv_scales.data() : nullptr, oo);
-    } else {
-      moe_combine(layout, y.data(), DType::bf16, H, weights.data(), out.data(), oo);
+  // low_latency on a GPU: the data movement is timed on a layout routed on the device (no host
+  // synchronisation; MoeOptions::device_layout), whose rows and sums must equal the ones above.
+  MoeLayout moved = layout;
+  if (gpu && a.ll) {
+    MoeOptions dmo = mo;
+    dmo.device_layout = true;
+    moved = moe_layout(d_idx.p, DType::i64, T, a.topk, experts, g, dmo);
+    moe_dispatch(moved, d_x.p, xt, H, x_scales, d_recv.p, recv_scales_p, oo);
+    moe_combine(moved, d_y.p, DType::bf16, H, static_cast<float*>(d_w.p), d_out.p, oo);
+    io->synchronize();
+    std::vector<uint8_t> recv_d(rows * H * es);
+    std::vector<float> scales_d(rows * S);
+    std::vector<uint16_t> out_d(T * H);
+    if (!recv_d.empty()) io->download(recv_d.data(), d_recv.p, recv_d.size());
+    if (!scales_d.empty()) io->download(scales_d.data(), d_rsc.p, scales_d.size() * 4);
+    if (!out_d.empty()) io->download(out_d.data(), d_out.p, out_d.size() * 2);
+    for (size_t i = 0; i < rows; ++i) {  // the written rows (the others were never written)
+      if (src[3 * i] < 0) continue;
+      wrong += std::memcmp(&recv_d[i * H * es], &recv[i * H * es], H * es) != 0;
+      if (S) wrong += std::memcmp(&scales_d[i * S], &recv_scales[i * S], S * 4) != 0;
     }
-    if (it >= a.warmup) times.push_back(now_us() - t0);
+    wrong += out_d != out;
   }
-  std::sort(times.begin(), times.end());
-  double med = times[times.size() / 2];
-  // The slowest rank's median, the total crossing bytes, the wrong elements.
-  std::vector<double> stats{med, static_cast<double>(crossing), static_cast<double>(wrong)};
-  std::vector<double> all(3 * static_cast<size_t>(world));
-  OpOptions h;
-  h.device = Device::cpu();
-  all_gather(stats.data(), all.data(), 3, DType::f64, g, h);
+  // Timing: the whole call (dispatch: layout + dispatch), then the data movement alone.
+  OpOptions cpu;
+  cpu.device = Device::cpu();
+  auto timed = [&](bool with_layout) {
+    std::vector<double> times;
+    for (int it = 0; it < a.warmup + a.iters; ++it) {
+      barrier(g, cpu);
+      double t0 = now_us();
+      if (a.op == "moe_dispatch") {
+        if (with_layout) {
+          MoeLayout l = moe_layout(d_idx.p, DType::i64, T, a.topk, experts, g, mo);
+          moe_dispatch(l, d_x.p, xt, H, x_scales, d_recv.p, recv_scales_p, oo);
+        } else {
+          moe_dispatch(moved, d_x.p, xt, H, x_scales, d_recv.p, recv_scales_p, oo);
+        }
+      } else {
+        moe_combine(moved, d_y.p, DType::bf16, H, static_cast<float*>(d_w.p), d_out.p, oo);
+      }
+      io->synchronize();
+      if (it >= a.warmup) times.push_back(now_us() - t0);
+    }
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  };
+  const double med = timed(true);
+  const double xfer = a.op == "moe_dispatch" ? timed(false) : med;
+  // The results of the timed calls are checked again (the same inputs, the same answers).
+  std::vector<uint16_t> out2(T * H);
+  if (!out2.empty()) io->download(out2.data(), d_out.p, out2.size() * 2);
+  if (a.op == "moe_combine" && out2 != out) wrong += 1;
+  std::vector<uint8_t> recv2(rows * H * es);
+  if (!recv2.empty()) io->download(recv2.data(), d_recv.p, recv2.size());
+  if (a.op == "moe_dispatch" && recv2 != recv) wrong += 1;
+  // The slowest rank's medians, the total crossing bytes, the wrong elements.
+  std::vector<double> stats{med, xfer, static_cast<double>(crossing), static_cast<double>(wrong)};
+  std::vector<double> all(4 * static_cast<size_t>(world));
+  all_gather(stats.data(), all.data(), 4, DType::f64, g, cpu);
   if (rank == 0) {
-    double slow = 0, bytes = 0, bad = 0;
+    double slow = 0, slow_xfer = 0, bytes = 0, bad = 0;
     for (int r = 0; r < world; ++r) {
-      slow = std::max(slow, all[3 * static_cast<size_t>(r)]);
-      bytes += all[3 * static_cast<size_t>(r) + 1];
-      bad += all[3 * static_cast<size_t>(r) + 2];
+      const auto* v = &all[4 * static_cast<size_t>(r)];
+      slow = std::max(slow, v[0]);
+      slow_xfer = std::max(slow_xfer, v[1]);
+      bytes += v[2];
+      bad += v[3];
     }
     std::printf("# symmem-bench %s: backend %s, ranks %d, mode %s, dtype %s, routing %s\n",
-                a.op.c_str(), "host", world, a.ll ? "low_latency" : "normal",
-                a.fp8 ? "f8e4m3+scales" : "bf16", a.routing.c_str());
-    std::printf("%8s %7s %5s %8s %12s %12s %12s %8s\n", "tokens", "hidden", "topk", "experts",
-                "med(us)", "bytes", "GB/s", "#wrong");
-    std::printf("%8zu %7zu %5d %8d %12.1f %12.0f %12.3f %8.0f\n", T, H, a.topk, experts, slow,
-                bytes, slow > 0 ? bytes / (slow * 1e3) : 0.0, bad);
+                a.op.c_str(), resolve_backend(g, device).c_str(), world,
+                a.ll ? "low_latency" : "normal", a.fp8 ? "f8e4m3+scales" : "bf16",
+                a.routing.c_str());
+    std::printf("%8s %7s %5s %8s %12s %12s %12s %12s %8s\n", "tokens", "hidden", "topk", "experts",
+                "med(us)", "xfer(us)", "bytes", "GB/s", "#wrong");
+    std::printf("%8zu %7zu %5d %8d %12.1f %12.1f %12.0f %12.3f %8.0f\n", T, H, a.topk, experts,
+                slow, slow_xfer, bytes, slow_xfer > 0 ? bytes / (slow_xfer * 1e3) : 0.0, bad);
     std::printf("# %s\n", bad ? "FAILED" : "OK");
     return bad ? 1 : 0;
   }

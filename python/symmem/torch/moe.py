@@ -6,9 +6,14 @@ fake kernels so that torch.compile traces a MoE layer (docs/moe.md).
     out = symmem.torch.moe_combine(y, handle, topk_weights)
 
 The layout travels as tensors (topk_idx, row_source, expert_counts) in the MoeHandle, so the ops
-take and return only tensors and constants; combine rebuilds the layout from them without
-communication. low_latency mode (max_tokens > 0) has static shapes: recv_x is
+take and return only tensors and constants; combine rebuilds the layout from them (on CPU memory
+without communication; for CUDA tensors with one small collective that sizes the exchange
+buffers). low_latency mode (max_tokens > 0) has static shapes: recv_x is
 [local experts, world_size * max_tokens, hidden]; normal mode's row count is data-dependent.
+
+CUDA tensors run on the GPU path of the group's GPU backend (docs/moe.md, "On the GPU"), on torch's
+current stream; topk_idx may be on the GPU or the CPU. The layout is built on the host: dispatch
+reads topk_idx (a stream synchronisation) and combine reads row_source and expert_counts.
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ torch.library.define(
 def _dispatch(x, topk_idx, num_experts, group="", max_tokens=0, x_scales=None):
     g = _group(group)
     layout = _symmem.moe_layout(topk_idx, num_experts, mode=_mode(max_tokens),
-                                max_tokens=max_tokens, group=g)
+                                max_tokens=max_tokens, group=g, device=str(x.device))
     hidden = x.shape[-1]
     recv_x = x.new_empty(layout.recv_shape(hidden))
     rows = layout.recv_rows
@@ -97,9 +102,9 @@ def _dispatch_fake(x, topk_idx, num_experts, group="", max_tokens=0, x_scales=No
 def _combine(y, topk_idx, row_source, expert_counts, topk_weights, num_experts, group="",
              max_tokens=0):
     g = _group(group)
-    layout = _symmem.moe_layout_restore(topk_idx, num_experts, row_source.contiguous(),
-                                        expert_counts.contiguous(), mode=_mode(max_tokens),
-                                        max_tokens=max_tokens, group=g)
+    layout = _symmem.moe_layout_restore(topk_idx, num_experts, row_source.contiguous().cpu(),
+                                        expert_counts.contiguous().cpu(), mode=_mode(max_tokens),
+                                        max_tokens=max_tokens, group=g, device=str(y.device))
     out = y.new_empty((topk_idx.shape[0], y.shape[-1]))
     _symmem.moe_combine(y.contiguous(), layout, topk_weights.contiguous(), out)
     return out

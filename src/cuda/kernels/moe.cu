@@ -1,0 +1,463 @@
+// MoE dispatch and combine kernels (src/core/moe_device.hpp states what each computes; NOTE [moe
+// exchange] in src/core/moe.cpp how the core uses them). The exchange itself is the group's
+// all_to_all_v; these kernels only gather rows into packs and out of them, and sum the rows that
+// come back.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/float_convert.hpp"
+#include "cuda/cuda_moe.hpp"
+
+namespace symmem::cuda {
+namespace {
+
+using detail::MoeCombineArgs;
+using detail::MoeGatherArgs;
+
+constexpr int kMoeThreads = 256;
+constexpr int64_t kMoeMaxBlocks = 4096;
+
+// The widest access (16, 8, 4, 2 or 1 bytes) that every address and size allows.
+int width_of(const detail::MoeSegment& s) {
+  const auto bits = reinterpret_cast<uintptr_t>(s.src) | reinterpret_cast<uintptr_t>(s.dst) |
+                    static_cast<uintptr_t>(s.src_stride) | static_cast<uintptr_t>(s.dst_stride) |
+                    static_cast<uintptr_t>(s.bytes);
+  for (int w = 16; w > 1; w /= 2)
+    if (bits % static_cast<uintptr_t>(w) == 0) return w;
+  return 1;
+}
+
+struct GatherParams {
+  MoeGatherArgs a;
+  int width[2] = {1, 1};
+};
+
+template <typename V>
+__device__ __forceinline__ void copy_row(char* dst, const char* src, int64_t bytes) {
+  const int64_t n = bytes / static_cast<int64_t>(sizeof(V));
+  auto* d = reinterpret_cast<V*>(dst);
+  const auto* s = reinterpret_cast<const V*>(src);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
+}
+
+__device__ __forceinline__ void copy_bytes(char* dst, const char* src, int64_t bytes, int width) {
+  switch (width) {
+    case 16:
+      copy_row<uint4>(dst, src, bytes);
+      break;
+    case 8:
+      copy_row<uint2>(dst, src, bytes);
+      break;
+    case 4:
+      copy_row<uint32_t>(dst, src, bytes);
+      break;
+    case 2:
+      copy_row<uint16_t>(dst, src, bytes);
+      break;
+    default:
+      copy_row<uint8_t>(dst, src, bytes);
+      break;
+  }
+}
+
+__global__ void __launch_bounds__(kMoeThreads) moe_gather_kernel(const GatherParams p) {
+  const MoeGatherArgs& a = p.a;
+  if (blockIdx.x == 0)
+    for (int i = threadIdx.x; i < a.count_n; i += blockDim.x)
+      a.count_out[i] = a.count_in[i] * a.count_scale;
+  for (int64_t i = blockIdx.x; i < a.rows; i += gridDim.x) {
+    const int64_t from = a.index != nullptr ? a.index[i] : i;
+    if (from < 0) continue;
+    for (int s = 0; s < a.segments; ++s) {
+      const detail::MoeSegment& g = a.seg[s];
+      copy_bytes(g.dst + i * g.dst_stride, g.src + from * g.src_stride, g.bytes, p.width[s]);
+    }
+  }
+}
+
+// Elements of dtype kDType (a DType value: 0 f32, 2 f16, 3 bf16) to and from f32 with the host's
+// conversions (core/float_convert.hpp), so host and device round alike.
+template <int kDType>
+__device__ __forceinline__ float to_f32(uint32_t bits) {
+  if constexpr (kDType == 0) {
+    return __uint_as_float(bits);
+  } else if constexpr (kDType == 2) {
+    return fp::f16_to_f32(static_cast<uint16_t>(bits));
+  } else {
+    return fp::bf16_to_f32(static_cast<uint16_t>(bits));
+  }
+}
+template <int kDType>
+__device__ __forceinline__ uint32_t from_f32(float v) {
+  if constexpr (kDType == 0) {
+    return __float_as_uint(v);
+  } else if constexpr (kDType == 2) {
+    return fp::f32_to_f16(v);
+  } else {
+    return fp::f32_to_bf16(v);
+  }
+}
+
+// kVec consecutive elements: one element (kVec = 1, any alignment), or one 16-byte vector.
+template <int kDType, int kVec>
+struct Elems {
+  static constexpr int kSize = kDType == 0 ? 4 : 2;
+  static_assert(kVec == 1 || kVec * kSize == 16, "a single element or 16 bytes");
+  __device__ __forceinline__ static void load(const char* p, float* f) {
+    if constexpr (kVec == 1) {
+      f[0] = to_f32<kDType>(kSize == 4 ? *reinterpret_cast<const uint32_t*>(p)
+                                       : *reinterpret_cast<const uint16_t*>(p));
+    } else {
+      const uint4 v = *reinterpret_cast<const uint4*>(p);
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+      for (int i = 0; i < 4; ++i) {
+        if constexpr (kSize == 4) {
+          f[i] = to_f32<kDType>(w[i]);
+        } else {
+          f[2 * i] = to_f32<kDType>(w[i] & 0xffffu);
+          f[2 * i + 1] = to_f32<kDType>(w[i] >> 16);
+        }
+      }
+    }
+  }
+  __device__ __forceinline__ static void store(char* p, const float* f) {
+    if constexpr (kVec == 1) {
+      if constexpr (kSize == 4) {
+        *reinterpret_cast<uint32_t*>(p) = from_f32<kDType>(f[0]);
+      } else {
+        *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(from_f32<kDType>(f[0]));
+      }
+    } else {
+      uint32_t w[4];
+      for (int i = 0; i < 4; ++i) {
+        if constexpr (kSize == 4) {
+          w[i] = from_f32<kDType>(f[i]);
+        } else {
+          w[i] = (from_f32<kDType>(f[2 * i]) & 0xffffu) | (from_f32<kDType>(f[2 * i + 1]) << 16);
+        }
+      }
+      *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+  }
+};
+
+// One block per token (grid-stride); its slots' rows and weights are read once into shared
+// memory; each thread sums kVec consecutive elements over the slots in ascending order, each
+// element on its own (the order and roundings of the host's loop).
+template <int kDType, int kVec>
+__global__ void __launch_bounds__(kMoeThreads) moe_combine_kernel(const MoeCombineArgs a) {
+  extern __shared__ int64_t moe_shared[];
+  using E = Elems<kDType, kVec>;
+  const int k = a.topk;
+  int64_t* rows = moe_shared;
+  auto* w = reinterpret_cast<float*>(moe_shared + k);
+  const int64_t step = static_cast<int64_t>(kVec) * E::kSize;  // bytes per thread and pass
+  const int64_t n = a.hidden / kVec;
+  for (int64_t t = blockIdx.x; t < a.tokens; t += gridDim.x) {
+    __syncthreads();  // the previous token's slots are no longer read
+    for (int j = threadIdx.x; j < k; j += blockDim.x) {
+      rows[j] = a.slot_row[t * k + j];
+      w[j] = a.weights[t * k + j];
+    }
+    __syncthreads();
+    char* out = a.out + t * a.hidden * E::kSize;
+    for (int64_t v = threadIdx.x; v < n; v += blockDim.x) {
+      float acc[kVec];
+      for (int i = 0; i < kVec; ++i) acc[i] = 0.0f;
+      for (int j = 0; j < k; ++j) {
+        const int64_t r = rows[j];
+        if (r < 0) continue;
+        float f[kVec];
+        E::load(a.rows + r * a.row_stride + v * step, f);
+        for (int i = 0; i < kVec; ++i) acc[i] = __fadd_rn(acc[i], __fmul_rn(w[j], f[i]));
+      }
+      E::store(out + v * step, acc);
+    }
+  }
+}
+
+template <int kDType>
+void launch_combine_of(const MoeCombineArgs& a, unsigned blocks, size_t shared, cudaStream_t s) {
+  constexpr int64_t size = kDType == 0 ? 4 : 2;
+  const bool vec = (a.hidden * size) % 16 == 0 && a.row_stride % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(a.rows) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
+  if (vec) {
+    moe_combine_kernel<kDType, 16 / size><<<blocks, kMoeThreads, shared, s>>>(a);
+  } else {
+    moe_combine_kernel<kDType, 1><<<blocks, kMoeThreads, shared, s>>>(a);
+  }
+}
+
+// ---- layouts routed on the device (MoeDeviceLayoutArgs; NOTE [moe device layout] in moe.cpp) ---
+
+using detail::MoeDeviceLayoutArgs;
+constexpr int kRouteThreads = 1024;
+
+// Entry i of topk_idx as an expert, or -1 (dropped, or outside [0, experts): dropped too).
+__device__ __forceinline__ int expert_at(const MoeDeviceLayoutArgs& a, int64_t i) {
+  const int64_t v =
+      a.idx64 ? static_cast<const int64_t*>(a.topk)[i] : static_cast<const int32_t*>(a.topk)[i];
+  return v >= 0 && v < a.experts ? static_cast<int>(v) : -1;
+}
+
+// The copy widths of the layout kernels (chosen on the host, like width_of).
+struct LayoutParams {
+  MoeDeviceLayoutArgs a;
+  int w_row = 1, w_scale = 1;          // x -> pack, x_scales -> pack
+  int w_out_row = 1, w_out_scale = 1;  // pack -> recv_x, pack -> recv_scales
+  int w_y = 1;                         // y -> combine's pack
+};
+
+// One block. Per expert (a thread each): this rank's entries of it in (token, slot) order get
+// their index among them; per destination rank (a thread each): its tokens get their place in
+// the piece; then the prefixes (thread 0) and each entry's row in combine's return.
+__global__ void __launch_bounds__(kRouteThreads) layout_route_kernel(const MoeDeviceLayoutArgs a) {
+  const int64_t n = a.tokens * a.k;
+  const int tid = threadIdx.x, nt = blockDim.x;
+  for (int e = tid; e < a.experts; e += nt) {
+    int32_t c = 0;
+    for (int64_t i = 0; i < n; ++i)
+      if (expert_at(a, i) == e) a.slot_idx[i] = c++;
+    a.hist[e] = c;
+  }
+  for (int64_t i = tid; i < n; i += nt)
+    if (expert_at(a, i) < 0) a.slot_idx[i] = -1;
+  for (int r = tid; r < a.world; r += nt) {
+    int32_t c = 0;
+    for (int64_t t = 0; t < a.tokens; ++t) {
+      bool to = false;
+      for (int j = 0; j < a.k; ++j) {
+        const int e = expert_at(a, t * a.k + j);
+        to = to || (e >= 0 && e / a.local == r);
+      }
+      a.dest_pos[t * a.world + r] = to ? c++ : -1;
+    }
+    a.tok_count[r] = c;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    int64_t run = 0;
+    for (int e = 0; e < a.experts; ++e) {
+      a.ebase[e] = run;
+      run += a.hist[e];
+    }
+    int64_t off = 0;
+    for (int r = 0; r < a.world; ++r) {
+      const int64_t units = (a.cb + a.tok_count[r] * a.pack) / 4;
+      a.send_off[r] = off;
+      a.send_units[r] = units;
+      off += units;
+      int64_t rows = 0;
+      for (int e = r * a.local; e < (r + 1) * a.local; ++e) rows += a.hist[e];
+      a.back_rows[r] = rows;
+    }
+  }
+  __syncthreads();
+  for (int64_t i = tid; i < n; i += nt) {
+    const int e = expert_at(a, i);
+    a.slot_row[i] = e < 0 ? -1 : static_cast<int32_t>(a.ebase[e] + a.slot_idx[i]);
+  }
+}
+
+// Block 0 writes the count blocks; each token's block writes its pack into every piece it goes
+// to: header {token, expert ids on that rank or -1, their indices}, row, scales.
+__global__ void __launch_bounds__(kMoeThreads) layout_pack_kernel(const LayoutParams p) {
+  const MoeDeviceLayoutArgs& a = p.a;
+  if (blockIdx.x == 0) {
+    for (int64_t i = threadIdx.x; i < static_cast<int64_t>(a.world) * a.local; i += blockDim.x) {
+      const int64_t r = i / a.local, e = i % a.local;
+      reinterpret_cast<int32_t*>(a.send + a.send_off[r] * 4)[e] = a.hist[r * a.local + e];
+    }
+  }
+  for (int64_t t = blockIdx.x; t < a.tokens; t += gridDim.x) {
+    for (int r = 0; r < a.world; ++r) {
+      const int32_t pos = a.dest_pos[t * a.world + r];
+      if (pos < 0) continue;
+      char* dst = a.send + a.send_off[r] * 4 + a.cb + static_cast<int64_t>(pos) * a.pack;
+      auto* h = reinterpret_cast<int32_t*>(dst);
+      for (int j = threadIdx.x; j <= 2 * a.k; j += blockDim.x) {
+        int32_t v = static_cast<int32_t>(t);
+        if (j > 0) {
+          const int slot = j <= a.k ? j - 1 : j - 1 - a.k;
+          const int e = expert_at(a, t * a.k + slot);
+          const bool here = e >= 0 && e / a.local == r;
+          v = !here ? -1 : (j <= a.k ? e : a.slot_idx[t * a.k + slot]);
+        }
+        h[j] = v;
+      }
+      copy_bytes(dst + a.header, a.x + t * a.row_bytes, a.row_bytes, p.w_row);
+      if (a.scale_bytes > 0)
+        copy_bytes(dst + a.header + a.row_bytes, a.x_scales + t * a.scale_bytes, a.scale_bytes,
+                   p.w_scale);
+    }
+  }
+}
+
+// One block, after the exchange: tokens per source, rows per (local expert, source) and where
+// they start in the expert's slab, where (source, expert) starts in combine's piece for that
+// source, the expert counts.
+__global__ void __launch_bounds__(kRouteThreads) layout_place_kernel(const MoeDeviceLayoutArgs a) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+  const int64_t slab = a.world * a.max_tokens;
+  for (int s = tid; s < a.world; s += nt) {
+    const int64_t bytes = a.recv_units[s] * 4;
+    a.recv_tokens[s] = bytes >= a.cb ? (bytes - a.cb) / a.pack : 0;
+  }
+  for (int e = tid; e < a.local; e += nt) {
+    int64_t run = 0;
+    for (int s = 0; s < a.world; ++s) {
+      const bool got = a.recv_units[s] * 4 >= a.cb;
+      const int32_t c = got ? reinterpret_cast<const int32_t*>(a.recv + a.recv_off[s] * 4)[e] : 0;
+      a.cnt[e * a.world + s] = c;
+      a.base[e * a.world + s] = static_cast<int32_t>(run);
+      run += c;
+    }
+    a.expert_counts[e] = run < slab ? run : slab;
+  }
+  __syncthreads();
+  for (int s = tid; s < a.world; s += nt) {
+    int64_t run = 0;
+    for (int e = 0; e < a.local; ++e) {
+      a.pre[s * a.local + e] = static_cast<int32_t>(run);
+      run += a.cnt[e * a.world + s];
+    }
+    a.rows_back[s] = run;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    int64_t off = 0;
+    for (int s = 0; s < a.world; ++s) {
+      a.off_back[s] = off;
+      off += a.rows_back[s];
+    }
+  }
+}
+
+// A block per received token (source s, index i): its row (and scales) to each of its rows in
+// the slabs of this rank's experts.
+__global__ void __launch_bounds__(kMoeThreads) layout_unpack_kernel(const LayoutParams p) {
+  const MoeDeviceLayoutArgs& a = p.a;
+  const int64_t slab = a.world * a.max_tokens;
+  for (int64_t b = blockIdx.x; b < slab; b += gridDim.x) {
+    const int64_t s = b / a.max_tokens, i = b % a.max_tokens;
+    if (i >= a.recv_tokens[s]) continue;
+    const char* src = a.recv + a.recv_off[s] * 4 + a.cb + i * a.pack;
+    const auto* h = reinterpret_cast<const int32_t*>(src);
+    for (int j = 0; j < a.k; ++j) {
+      const int32_t e = h[1 + j] - a.rank * a.local;
+      if (h[1 + j] < 0 || e < 0 || e >= a.local) continue;
+      const int64_t row = static_cast<int64_t>(a.base[e * a.world + s]) + h[1 + a.k + j];
+      if (row < 0 || row >= slab) continue;  // only when an expert's rows overflow its slab
+      const int64_t at = e * slab + row;
+      copy_bytes(a.recv_x + at * a.row_bytes, src + a.header, a.row_bytes, p.w_out_row);
+      if (a.scale_bytes > 0)
+        copy_bytes(a.recv_scales + at * a.scale_bytes, src + a.header + a.row_bytes, a.scale_bytes,
+                   p.w_out_scale);
+    }
+  }
+}
+
+// A block per (source s, local expert e): the rows of y that go back to s, in s's order (by
+// expert, then token, slot); block 0 also writes both sides' counts of combine's exchange.
+__global__ void __launch_bounds__(kMoeThreads) layout_combine_pack_kernel(const LayoutParams p) {
+  const MoeDeviceLayoutArgs& a = p.a;
+  const int64_t slab = a.world * a.max_tokens;
+  if (blockIdx.x == 0) {
+    for (int r = threadIdx.x; r < a.world; r += blockDim.x) {
+      a.c_send_units[r] = a.rows_back[r] * a.stride / 4;
+      a.c_recv_units[r] = a.back_rows[r] * a.stride / 4;
+    }
+  }
+  for (int64_t b = blockIdx.x; b < static_cast<int64_t>(a.world) * a.local; b += gridDim.x) {
+    const int64_t s = b / a.local, e = b % a.local;
+    const int64_t n = a.cnt[e * a.world + s], first = a.base[e * a.world + s];
+    char* dst = a.send + (a.off_back[s] + a.pre[s * a.local + e]) * a.stride;
+    for (int64_t i = 0; i < n && first + i < slab; ++i)
+      copy_bytes(dst + i * a.stride, a.y + (e * slab + first + i) * a.y_row_bytes, a.y_row_bytes,
+                 p.w_y);
+  }
+}
+
+int64_t grid_of(int64_t n) {
+  return n < 1 ? 1 : (n < kMoeMaxBlocks ? n : kMoeMaxBlocks);
+}
+
+}  // namespace
+
+int launch_moe_gather(const MoeGatherArgs& a, void* stream) {
+  if (a.rows <= 0 && a.count_n <= 0) return 0;
+  GatherParams p;
+  p.a = a;
+  for (int s = 0; s < a.segments && s < 2; ++s) p.width[s] = width_of(a.seg[s]);
+  const int64_t blocks = a.rows < 1 ? 1 : (a.rows < kMoeMaxBlocks ? a.rows : kMoeMaxBlocks);
+  moe_gather_kernel<<<static_cast<unsigned>(blocks), kMoeThreads, 0,
+                      static_cast<cudaStream_t>(stream)>>>(p);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int launch_moe_combine(const MoeCombineArgs& a, void* stream) {
+  if (a.tokens <= 0) return 0;
+  const int64_t blocks = a.tokens < kMoeMaxBlocks ? a.tokens : kMoeMaxBlocks;
+  const size_t shared = static_cast<size_t>(a.topk) * (sizeof(int64_t) + sizeof(float));
+  if (a.topk < 1 || shared > 48 * 1024) return static_cast<int>(cudaErrorInvalidValue);
+  auto s = static_cast<cudaStream_t>(stream);
+  const auto g = static_cast<unsigned>(blocks);
+  switch (a.dtype) {
+    case 0:
+      launch_combine_of<0>(a, g, shared, s);
+      break;
+    case 2:
+      launch_combine_of<2>(a, g, shared, s);
+      break;
+    case 3:
+      launch_combine_of<3>(a, g, shared, s);
+      break;
+    default:
+      return static_cast<int>(cudaErrorInvalidValue);
+  }
+  return static_cast<int>(cudaGetLastError());
+}
+
+int launch_moe_layout_route_pack(const MoeDeviceLayoutArgs& a, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  layout_route_kernel<<<1, kRouteThreads, 0, s>>>(a);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return static_cast<int>(e);
+  LayoutParams p;
+  p.a = a;
+  p.w_row = width_of({a.x, a.row_bytes, a.send, a.pack, a.row_bytes});
+  p.w_scale =
+      width_of({a.x_scales, a.scale_bytes, a.send + a.header + a.row_bytes, a.pack, a.scale_bytes});
+  layout_pack_kernel<<<static_cast<unsigned>(grid_of(a.tokens)), kMoeThreads, 0, s>>>(p);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int launch_moe_layout_place(const MoeDeviceLayoutArgs& a, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  layout_place_kernel<<<1, kRouteThreads, 0, s>>>(a);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return static_cast<int>(e);
+  LayoutParams p;
+  p.a = a;
+  p.w_out_row = width_of({a.recv, a.pack, a.recv_x, a.row_bytes, a.row_bytes});
+  p.w_out_scale = width_of(
+      {a.recv + a.header + a.row_bytes, a.pack, a.recv_scales, a.scale_bytes, a.scale_bytes});
+  const int64_t slab = static_cast<int64_t>(a.world) * a.max_tokens;
+  layout_unpack_kernel<<<static_cast<unsigned>(grid_of(slab)), kMoeThreads, 0, s>>>(p);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int launch_moe_layout_combine_pack(const MoeDeviceLayoutArgs& a, void* stream) {
+  LayoutParams p;
+  p.a = a;
+  p.w_y = width_of({a.y, a.y_row_bytes, a.send, a.stride, a.y_row_bytes});
+  const int64_t pairs = static_cast<int64_t>(a.world) * a.local;
+  layout_combine_pack_kernel<<<static_cast<unsigned>(grid_of(pairs)), kMoeThreads, 0,
+                               static_cast<cudaStream_t>(stream)>>>(p);
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace symmem::cuda
