@@ -123,6 +123,10 @@ SYMMEM_API std::string effective_abort_reason(Store& store) noexcept;
 // (InvalidArgument).
 SYMMEM_API std::string job_abort_text(const std::string& reason, ErrorCode* code);
 
+// The ranks of `g` other than its own whose process ran on this machine and is provably gone
+// (NOTE [failed ranks] in group.cpp): /proc reads only, no store. Never throws (empty on error).
+SYMMEM_API std::vector<int> gone_local_ranks(const Group::Impl& g) noexcept;
+
 // A rank claim (NOTE [rank claims] in group.cpp) as process `pid` of this machine would write
 // it; tests plant one to stand for another process.
 SYMMEM_API Bytes rank_claim_value(long pid);

@@ -105,7 +105,8 @@ class DeviceGuard {
 struct WsState {
   std::weak_ptr<symmem::BackendMemory> mem;
   int32_t* timeout_record = nullptr;
-  char* local = nullptr;  // this rank's workspace (its control region), on `device`
+  const int32_t* orphan_flag = nullptr;  // NOTE [orphan stop flags]; null on other backends
+  char* local = nullptr;                 // this rank's workspace (its control region), on `device`
   int device = -1;
 };
 
@@ -577,11 +578,13 @@ Ws get_ws(const Call& c, size_t data_bytes) {
   w.local = static_cast<char*>(w.mem.ptr(c.rank));
   const auto& bm = w.mem.backend_memory();
   int32_t* trec = nullptr;
+  const int32_t* orphan = nullptr;
   {
     std::unique_lock<std::mutex> lock(P.mu);
     auto it = P.ws.find(bm.get());
     if (it != P.ws.end() && it->second.mem.lock() == bm) {
       trec = it->second.timeout_record;
+      orphan = it->second.orphan_flag;
     } else {
       if (c.capturing) throw_warm_up(c, need);
       if (P.op_error == nullptr) {
@@ -594,7 +597,9 @@ Ws get_ws(const Call& c, size_t data_bytes) {
       for (auto e = P.ws.begin(); e != P.ws.end();) {
         e = e->second.mem.expired() ? P.ws.erase(e) : std::next(e);
       }
-      trec = w.mem.device_handle().timeout_record;
+      const symmem::DeviceHandle h = w.mem.device_handle();
+      trec = h.timeout_record;
+      orphan = h.orphan_flag;
       lock.unlock();
       // Zero the control and LL regions, then make sure every rank did before anyone writes.
       SYMMEM_GK_CHECK(c, cudaMemsetAsync(w.local, 0, w.L.data_offset, c.stream));
@@ -606,7 +611,7 @@ Ws get_ws(const Call& c, size_t data_bytes) {
       }
       w.mem.barrier(0, c.a.timeout, c.a.stream);
       lock.lock();
-      P.ws[bm.get()] = WsState{bm, trec, w.local, c.a.device.index};
+      P.ws[bm.get()] = WsState{bm, trec, orphan, w.local, c.a.device.index};
     }
     auto& g = P.group_ws[gkey];
     if (g.mem.lock() != bm) g = Process::GroupWs{bm, 0, w.local};
@@ -623,6 +628,7 @@ Ws get_ws(const Call& c, size_t data_bytes) {
       c.a.group != nullptr ? symmem::cuda::abort_slot(*c.a.group) : symmem::cuda::AbortSlot{};
   w.sync.abort_word = abort.word;
   w.sync.abort_slot = abort.slot;
+  w.sync.orphan_flag = orphan;  // NOTE [orphan stop flags]
   w.sync.desc_offset = static_cast<uint32_t>(w.L.desc_offset);
   // Armed here, where a kernel that writes them is about to be launched: an op that launches none
   // (count 0, world size 1 copies) leaves its slot unarmed, so metrics lines do not wait on it.
