@@ -1119,6 +1119,7 @@ Group Group::shrink(const std::vector<int>& excluded) const {
     g->procs.push_back(p->procs[r]);
   }
   g->world_size = static_cast<int>(g->global_ranks.size());
+  g->shrunk_from = p->name;
   // The old group ends here, for every thread of this process (NOTE [group abort]).
   detail::set_aborted(*p->abort, "group " + p->name + " was shrunk into " + g->name +
                                      " (without ranks " + list_for_message(out) +

@@ -61,6 +61,9 @@ struct Group::Impl {
   // A group made by shrink() or grow(): per rank of the group it came from, its rank here (-1:
   // excluded). Empty otherwise.
   std::vector<int> rank_map;
+  // A group made by shrink(): the name of the group it was shrunk from (the nccl backend builds
+  // its communicator with ncclCommShrink of that group's); empty otherwise.
+  std::string shrunk_from;
   // The device of the group's most recent user allocation (workspaces excluded), the device of
   // ops and barriers given none (ops.hpp): -2 none yet, -1 the CPU, k >= 0 cuda:k.
   std::atomic<int> last_alloc_device{-2};
