@@ -317,6 +317,8 @@ int main(int argc, char** argv) {
                   whole.world_size(), mono_ns());
       std::fflush(stdout);
     }
+    // The groups (the old one too) and their memory go at the end of this scope.
+    g_stage = "exit: destroying the groups and their memory";
   } catch (const symmem::Error& e) {
     std::printf("RECOVERY-ERROR rank=%d stage=%s code=%s what=%s\n", rank, g_stage,
                 symmem::to_string(e.code()), one_line(e.what()).c_str());
