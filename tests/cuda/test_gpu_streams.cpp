@@ -157,6 +157,7 @@ TEST(GpuStreams, TwoThreadsTwoStreams) {
   int next = 0;
   std::string failure[2];
   auto worker = [&](int t) {
+    cudaSetDevice(g_device);  // a new thread starts on device 0
     Stream s;
     for (int i = t; i < ops.size(); i += 2) {
       std::unique_lock<std::mutex> lock(mu);
