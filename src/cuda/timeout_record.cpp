@@ -185,6 +185,23 @@ class RelaxedCaptureMode {
   cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
 };
 
+// Stores 1 into the flags of the ranks `gone` of `e` on R's stream of its device (R.mu held; the
+// caller restores the current device and clears a CUDA error). Returns how many were stored.
+int store_flags(OrphanRegistry& R, const OrphanEntry& e, const std::vector<int>& gone) {
+  if (cudaSetDevice(e.device) != cudaSuccess) return 0;
+  cudaStream_t& st = R.streams[e.device];
+  if (st == nullptr && cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess) {
+    st = nullptr;
+    return 0;
+  }
+  int stored = 0;
+  for (int r : gone) {
+    if (r < 0 || r >= static_cast<int>(e.flags.size()) || e.flags[r] == nullptr) continue;
+    if (cudaMemsetAsync(e.flags[r], 1, sizeof(int32_t), st) == cudaSuccess) ++stored;
+  }
+  return stored;
+}
+
 // The abort hook's second half (NOTE [orphan stop flags]): flags the gone ranks of the group with
 // abort slot `slot` in each of its registered allocations. Runs under the abort state's mutex;
 // never throws, never waits for the GPU.
@@ -210,21 +227,9 @@ void stop_orphans(int32_t slot) noexcept {
         if (g) gone = detail::gone_local_ranks(*g);
       }
       if (gone.empty()) break;
-      if (cudaSetDevice(e.device) != cudaSuccess) continue;
-      cudaStream_t& st = R.streams[e.device];
-      if (st == nullptr && cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess) {
-        st = nullptr;
-        continue;
-      }
-      bool any = false;
-      for (int r : gone) {
-        if (r < 0 || r >= static_cast<int>(e.flags.size()) || e.flags[r] == nullptr) continue;
-        if (cudaMemsetAsync(e.flags[r], 1, sizeof(int32_t), st) == cudaSuccess) {
-          ++stored;
-          any = true;
-        }
-      }
-      allocations += any ? 1 : 0;
+      const int n = store_flags(R, e, gone);
+      stored += n;
+      allocations += n > 0 ? 1 : 0;
     }
     (void)cudaGetLastError();  // a failed store is not the next op's error
     if (have_prev) (void)cudaSetDevice(prev);
@@ -256,8 +261,25 @@ void unregister_orphan_flags(uint64_t id) noexcept {
   if (id == 0) return;
   try {
     OrphanRegistry& R = orphans();
+    std::shared_ptr<Group::Impl> g;  // goes after the lock (see stop_orphans)
     std::lock_guard<std::mutex> lock(R.mu);
-    R.entries.erase(id);
+    auto it = R.entries.find(id);
+    if (it == R.entries.end()) return;
+    // An aborted group's allocation flags the ranks gone by now once more: one that died after
+    // the abort (the hook ran once) may have left a kernel on this memory too.
+    g = it->second.group.lock();
+    if (g && detail::aborted_state(g->abort.get()) != nullptr) {
+      const std::vector<int> gone = detail::gone_local_ranks(*g);
+      if (!gone.empty()) {
+        int prev = -1;
+        const bool have_prev = cudaGetDevice(&prev) == cudaSuccess;
+        RelaxedCaptureMode relaxed;
+        (void)store_flags(R, it->second, gone);
+        (void)cudaGetLastError();
+        if (have_prev) (void)cudaSetDevice(prev);
+      }
+    }
+    R.entries.erase(it);
   } catch (...) {
   }
 }

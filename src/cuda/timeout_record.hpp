@@ -79,8 +79,9 @@ AbortSlot abort_slot(const Group& group);
 // registered allocation of the group, with cudaMemsetAsync on a private non-blocking stream per
 // device (no host wait; CudaMemory::release synchronises the context after unregistering, so a
 // store never lands in unmapped memory). A kernel the dead process left waiting then stops
-// within about a millisecond instead of at its deadline. Ranks found gone only after the state
-// was set are not flagged (the hook runs once). Returns the registration's id (0: none made).
+// within about a millisecond instead of at its deadline. The hook runs once; a rank found gone
+// only later is flagged when an allocation of the aborted group is freed (unregister does it
+// first, for that allocation). register returns the registration's id (0: none made).
 uint64_t register_orphan_flags(const Group& group, int device, std::vector<int32_t*> flags);
 void unregister_orphan_flags(uint64_t id) noexcept;
 
