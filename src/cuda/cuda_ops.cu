@@ -135,9 +135,9 @@ struct Process {
     char* local = nullptr;
   };
   std::unordered_map<const void*, GroupWs> group_ws;
-  // NOTE [stream order]: per group (Group::Impl), where its last op went. Entries are never
-  // erased (references stay valid); one whose group is gone is reset for the next group at that
-  // address.
+  // NOTE [stream order]: per group (Group::Impl), where its last op went. Entries of groups that
+  // are gone are erased when a new group's first op comes (references to the others stay
+  // valid); one found for a new group at a gone group's address is reset.
   struct GroupOrder {
     std::weak_ptr<symmem::Group::Impl> group;
     cudaEvent_t event = nullptr;  // on `device`; recorded after the group's last op
@@ -993,7 +993,22 @@ Process::GroupOrder& order_after_last(const Call& c) {
   Process::GroupOrder* o = nullptr;
   {
     std::lock_guard<std::mutex> lock(P.mu);
-    o = &P.order[impl.get()];
+    auto it = P.order.find(impl.get());
+    if (it == P.order.end()) {
+      // A group's first op: entries of groups that are gone go (no op of theirs can be running:
+      // an op holds its group), with their events.
+      RelaxedCaptureMode relaxed;
+      for (auto e = P.order.begin(); e != P.order.end();) {
+        if (!e->second.group.expired()) {
+          ++e;
+          continue;
+        }
+        if (e->second.event != nullptr) (void)cudaEventDestroy(e->second.event);
+        e = P.order.erase(e);
+      }
+      it = P.order.emplace(impl.get(), Process::GroupOrder{}).first;
+    }
+    o = &it->second;
   }
   if (o->group.owner_before(impl) || impl.owner_before(o->group) || o->group.expired()) {
     o->group = impl;  // a new group at this address: no previous op
