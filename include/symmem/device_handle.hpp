@@ -34,6 +34,11 @@ struct DeviceHandle {
   // also end when it is set. Null: they only time out. abort_slot names it in the record.
   const int32_t* abort_word = nullptr;
   int32_t abort_slot = -1;
+  // This rank's orphan stop flag (NOTE [orphan stop flags] in symmem/device/sync.cuh): an int32 in
+  // this rank's own part of the allocation (device memory, past the signal pad) that surviving
+  // peers set when they find this rank's process gone, so a kernel it left running stops. Read
+  // with abort_word, and as cheaply (only by a wait that has lasted 1 ms). Null: not used.
+  const int32_t* orphan_flag = nullptr;
 };
 
 static_assert(std::is_trivially_copyable_v<DeviceHandle>);

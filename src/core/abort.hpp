@@ -36,8 +36,10 @@ struct AbortState {
   std::string group_name;  // of the group this state belongs to
   ErrorCode code = ErrorCode::Aborted;  // PeerFailure when the liveness watcher set it
   std::shared_ptr<AbortState> parent;   // split(): the parent's state; else null
-  // Run once when the state is set (under mu): backends stop their device-side waits here
-  // (NOTE [device abort] in src/cuda/timeout_record.hpp).
+  // Run once when the state is set (under mu; they must not wait): backends stop their
+  // device-side waits here (NOTE [device abort] and NOTE [orphan stop flags] in
+  // src/cuda/timeout_record.hpp) and their communicators (NOTE [nccl abort] in
+  // src/nccl/nccl_backend.hpp).
   std::vector<std::function<void()>> hooks;
   // The device abort slot of this group (NOTE [device abort] in src/cuda/timeout_record.hpp);
   // -1 until the cuda backend gives it one.

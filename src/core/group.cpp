@@ -881,6 +881,19 @@ void watch_peer_liveness(const Group& group) {
   }
 }
 
+std::vector<int> gone_local_ranks(const Group::Impl& g) noexcept {
+  std::vector<int> out;
+  try {
+    const std::string my_machine = this_process_ident().machine;
+    for (int r = 0; r < g.world_size && r < static_cast<int>(g.procs.size()); ++r) {
+      if (r != g.rank && process_gone(g.procs[r], my_machine)) out.push_back(r);
+    }
+  } catch (...) {
+    out.clear();
+  }
+  return out;
+}
+
 std::map<int, int> job_failed_counts(Store& store) noexcept {
   std::map<int, int> out;
   try {
@@ -1120,6 +1133,7 @@ Group Group::shrink(const std::vector<int>& excluded) const {
     g->procs.push_back(p->procs[r]);
   }
   g->world_size = static_cast<int>(g->global_ranks.size());
+  g->shrunk_from = p->name;
   // The old group ends here, for every thread of this process (NOTE [group abort]).
   detail::set_aborted(*p->abort, "group " + p->name + " was shrunk into " + g->name +
                                      " (without ranks " + list_for_message(out) +

@@ -61,6 +61,9 @@ struct Group::Impl {
   // A group made by shrink() or grow(): per rank of the group it came from, its rank here (-1:
   // excluded). Empty otherwise.
   std::vector<int> rank_map;
+  // A group made by shrink(): the name of the group it was shrunk from (the nccl backend builds
+  // its communicator with ncclCommShrink of that group's); empty otherwise.
+  std::string shrunk_from;
   // The device of the group's most recent user allocation (workspaces excluded), the device of
   // ops and barriers given none (ops.hpp): -2 none yet, -1 the CPU, k >= 0 cuda:k.
   std::atomic<int> last_alloc_device{-2};
@@ -122,6 +125,10 @@ SYMMEM_API std::string effective_abort_reason(Store& store) noexcept;
 // reports: <reason>" (PeerFailure), or the reason without kJobAbortInvalidPrefix
 // (InvalidArgument).
 SYMMEM_API std::string job_abort_text(const std::string& reason, ErrorCode* code);
+
+// The ranks of `g` other than its own whose process ran on this machine and is provably gone
+// (NOTE [failed ranks] in group.cpp): /proc reads only, no store. Never throws (empty on error).
+SYMMEM_API std::vector<int> gone_local_ranks(const Group::Impl& g) noexcept;
 
 // A rank claim (NOTE [rank claims] in group.cpp) as process `pid` of this machine would write
 // it; tests plant one to stand for another process.

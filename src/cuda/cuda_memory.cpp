@@ -24,6 +24,7 @@ namespace {
 
 constexpr const char* kOp = "allocate";
 constexpr size_t kPadAlign = 256;
+constexpr size_t kOrphanFlagBytes = 16;  // NOTE [orphan stop flags]: an int32, 16 bytes reserved
 
 size_t align_up(size_t v, size_t a) {
   return (v + a - 1) / a * a;
@@ -326,7 +327,8 @@ void CudaMemory::Rendezvous::create_and_export() {
       cu->cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
   if (gran == 0) gran = 2u << 20;
   m->pad_offset_ = align_up(std::max<size_t>(m->bytes_, 1), kPadAlign);
-  m->stride_ = align_up(m->pad_offset_ + m->pad_bytes_, gran);
+  m->orphan_offset_ = align_up(m->pad_offset_ + m->pad_bytes_, kOrphanFlagBytes);
+  m->stride_ = align_up(m->orphan_offset_ + kOrphanFlagBytes, gran);
   CUdeviceptr base = 0;
   SYMMEM_CU_CHECK(kOp, rank, cu->cuMemAddressReserve(&base, m->stride_ * world, gran, 0, 0));
   m->base_ = static_cast<uintptr_t>(base);
@@ -470,6 +472,9 @@ std::shared_ptr<CudaMemory> CudaMemory::create(const Group& group, const Rendezv
   // ---- phase 4: from here every pad is zero and mapped everywhere -------------------------
   rv.ex.barrier();
   rv.m->abort_ = abort_slot(group);  // NOTE [device abort] (timeout_record.hpp)
+  std::vector<int32_t*> flags(rv.world);
+  for (int p = 0; p < rv.world; ++p) flags[p] = rv.m->orphan_flag(p);
+  rv.m->orphan_id_ = register_orphan_flags(group, rv.m->device_, std::move(flags));
   SYMMEM_LOG(INFO, ALLOC) << "cuda: allocation " << info.alloc_id << " of " << info.bytes
                           << " bytes (+" << info.signal_pad_bytes << " pad, " << rv.m->stride_
                           << " per rank) on " << to_string(info.device) << " mapped for "
@@ -483,6 +488,10 @@ CudaMemory::~CudaMemory() {
 
 void CudaMemory::release() noexcept {
   try {
+    // No orphan stop flag is set in this memory from here (NOTE [orphan stop flags]); one being
+    // set now is waited for by the synchronisation below.
+    unregister_orphan_flags(orphan_id_);
+    orphan_id_ = 0;
     if (base_ == 0 && !tables_) return;
     std::string why;
     if (!driver_available(&why)) return;
@@ -530,7 +539,14 @@ DeviceHandle CudaMemory::device_handle(size_t offset, size_t length) const {
   DeviceHandle h = tables_->handle(offset, length, pad_bytes_);
   h.abort_word = abort_.word;
   h.abort_slot = abort_.slot;
+  h.orphan_flag = orphan_flag(rank_);
   return h;
+}
+
+int32_t* CudaMemory::orphan_flag(int peer) const {
+  if (peer < 0 || peer >= world_ || base_ == 0) return nullptr;
+  return reinterpret_cast<int32_t*>(base_ + static_cast<uintptr_t>(peer) * stride_ +
+                                    orphan_offset_);
 }
 
 void CudaMemory::barrier(int channel, Millis timeout, Stream stream) {

@@ -12,7 +12,8 @@
 //   2. checks peer access from its GPU to every other rank's GPU (cuDeviceCanAccessPeer on the
 //      device with that uuid), creates its memory (cuMemCreate, POSIX-fd handle type, size
 //      rounded up to the recommended granularity; layout: buffer, then the signal pad at a
-//      256-byte aligned offset), reserves one virtual range for all ranks
+//      256-byte aligned offset, then 16 bytes for the orphan stop flag, NOTE [orphan stop flags]
+//      in symmem/device/sync.cuh), reserves one virtual range for all ranks
 //      (world_size * stride), maps and zeroes its own part, exports the fd; a second gather
 //      makes every failure collective again (naming the failing pair for peer access);
 //   3. sends its fd to every peer over IpcChannel (SCM_RIGHTS) and receives theirs; imports,
@@ -54,6 +55,8 @@ class CudaMemory final : public BackendMemory {
   DeviceHandle device_handle(size_t offset, size_t length) const override;
 
   int device() const { return device_; }
+  // Rank `peer`'s orphan stop flag (NOTE [orphan stop flags]), as mapped in this process.
+  int32_t* orphan_flag(int peer) const;
 
   CudaMemory(const CudaMemory&) = delete;
   CudaMemory& operator=(const CudaMemory&) = delete;
@@ -70,11 +73,13 @@ class CudaMemory final : public BackendMemory {
   size_t bytes_ = 0;          // buffer bytes per rank
   size_t pad_bytes_ = 0;      // signal pad bytes per rank
   size_t pad_offset_ = 0;     // pad offset within a rank's part
+  size_t orphan_offset_ = 0;  // the orphan stop flag's offset within a rank's part
   size_t stride_ = 0;         // bytes of a rank's part (granularity multiple)
   uintptr_t base_ = 0;        // CUdeviceptr of the reserved range (world_ * stride_)
   std::vector<char> mapped_;  // per rank: part mapped
   std::unique_ptr<PeerTables> tables_;
-  AbortSlot abort_;  // the group's (NOTE [device abort] in timeout_record.hpp)
+  AbortSlot abort_;         // the group's (NOTE [device abort] in timeout_record.hpp)
+  uint64_t orphan_id_ = 0;  // register_orphan_flags' id (NOTE [orphan stop flags])
 };
 
 }  // namespace symmem::cuda

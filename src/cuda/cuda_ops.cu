@@ -15,10 +15,23 @@
 //
 // NOTE [stream order]
 // Every kernel of a group's workspace reads the workspace epoch when it starts and the last of
-// its blocks advances it (kernels.hpp). The ops of one group must therefore run one after the
-// other on the device: on one stream, or on several streams that the caller orders with events
-// (as for any two kernels that share memory). The same holds for CUDA graphs: capture a
-// group's ops on one stream.
+// its blocks advances it (kernels.hpp), and its blocks meet the peers' on the workspace's flags
+// and LL buffers. The ops of one group must therefore run one after the other on the device.
+// The host parts of a group's ops already run one at a time in a process (NOTE [one thread per
+// group] in core/ops.cpp); this orders their kernels too, whatever streams they come on:
+//   - after each collective or barrier of a group, an event (one per group, no timing) is
+//     recorded on its stream, and the stream and its capture sequence are noted;
+//   - an op on another stream (or in another capture state) first orders itself after that
+//     event: an eager op after an eager one makes its stream wait for the event
+//     (cudaStreamWaitEvent: the device waits, the host does not); an op being captured after an
+//     eager one waits on the host for the event (cudaEventSynchronize; a graph cannot depend on
+//     work outside it, and by the time the graph can be launched the eager op is done); an op
+//     captured in the same capture sequence as the previous one (another stream forked into it)
+//     waits for the event inside the graph; after an op captured in another sequence nothing is
+//     done (that op runs when its graph is launched, which the caller orders, as for any graph).
+// So ops of one group may come from several streams and threads; they are never interleaved on
+// the device and never wait on each other in a cycle. The fast path (the same stream again) is a
+// comparison and one cudaEventRecord.
 //
 // NOTE [device-detected errors]
 // all_to_all_v counts live in device memory, so their checks (capacity, negative counts,
@@ -108,7 +121,8 @@ class DeviceGuard {
 struct WsState {
   std::weak_ptr<symmem::BackendMemory> mem;
   int32_t* timeout_record = nullptr;
-  char* local = nullptr;  // this rank's workspace (its control region), on `device`
+  const int32_t* orphan_flag = nullptr;  // NOTE [orphan stop flags]; null on other backends
+  char* local = nullptr;                 // this rank's workspace (its control region), on `device`
   int device = -1;
 };
 
@@ -124,6 +138,18 @@ struct Process {
     char* local = nullptr;
   };
   std::unordered_map<const void*, GroupWs> group_ws;
+  // NOTE [stream order]: per group (Group::Impl), where its last op went. Entries of groups that
+  // are gone are erased when a new group's first op comes (references to the others stay
+  // valid); one found for a new group at a gone group's address is reset.
+  struct GroupOrder {
+    std::weak_ptr<symmem::Group::Impl> group;
+    cudaEvent_t event = nullptr;  // on `device`; recorded after the group's last op
+    int device = -1;
+    bool recorded = false;
+    unsigned long long stream_id = 0;   // of the last op's stream (cudaStreamGetId: never reused)
+    unsigned long long capture_id = 0;  // its capture sequence, 0: eager
+  };
+  std::unordered_map<const void*, GroupOrder> order;
   std::unordered_map<int, int> sm_count;  // per device
   int device_count = 0;
   // NOTE [device timestamps]: the recorders' rings registered here (host pointer -> device
@@ -159,6 +185,8 @@ struct Call {
   uint64_t timeout_ns;
   int max_blocks;
   bool capturing;
+  unsigned long long capture_id;  // of the capture sequence when capturing, else 0
+  unsigned long long stream_id;   // cudaStreamGetId (unique in the process; NOTE [stream order])
 };
 
 const char* op_error_name(K::OpErrorCode code) {
@@ -255,14 +283,26 @@ int sm_count(const Call& c, int device) {
 Call make_call(const OpArgs& a) {
   const int rank = a.group->rank();
   const int world = a.group->world_size();
-  Call c{a,    symmem::to_string(a.kind), rank, world, static_cast<cudaStream_t>(a.stream), 1, 0, 1,
-         false};
+  Call c{a,
+         symmem::to_string(a.kind),
+         rank,
+         world,
+         static_cast<cudaStream_t>(a.stream),
+         1,
+         0,
+         1,
+         false,
+         0,
+         0};
   const bool typed = a.kind != OpKind::put && a.kind != OpKind::get && a.kind != OpKind::barrier;
   if (typed) c.es = symmem::dtype_size(a.dtype);
   c.timeout_ns = symmem::cuda::timeout_to_ns(a.timeout);  // resolved by the core, never 0
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  SYMMEM_GK_CHECK(c, cudaStreamIsCapturing(c.stream, &status));
+  unsigned long long capture_id = 0;
+  SYMMEM_GK_CHECK(c, cudaStreamGetCaptureInfo(c.stream, &status, &capture_id));
   c.capturing = status != cudaStreamCaptureStatusNone;
+  c.capture_id = c.capturing ? capture_id : 0;
+  SYMMEM_GK_CHECK(c, cudaStreamGetId(c.stream, &c.stream_id));
   // Ranks sharing one GPU share its SMs (NOTE in tuning.hpp).
   const int sms = sm_count(c, a.device.index);
   const int devices = std::max(1, proc().device_count);
@@ -595,11 +635,13 @@ Ws get_ws(const Call& c, size_t data_bytes) {
   w.local = static_cast<char*>(w.mem.ptr(c.rank));
   const auto& bm = w.mem.backend_memory();
   int32_t* trec = nullptr;
+  const int32_t* orphan = nullptr;
   {
     std::unique_lock<std::mutex> lock(P.mu);
     auto it = P.ws.find(bm.get());
     if (it != P.ws.end() && it->second.mem.lock() == bm) {
       trec = it->second.timeout_record;
+      orphan = it->second.orphan_flag;
     } else {
       if (c.capturing) throw_warm_up(c, need);
       if (P.op_error == nullptr) {
@@ -612,7 +654,9 @@ Ws get_ws(const Call& c, size_t data_bytes) {
       for (auto e = P.ws.begin(); e != P.ws.end();) {
         e = e->second.mem.expired() ? P.ws.erase(e) : std::next(e);
       }
-      trec = w.mem.device_handle().timeout_record;
+      const symmem::DeviceHandle h = w.mem.device_handle();
+      trec = h.timeout_record;
+      orphan = h.orphan_flag;
       lock.unlock();
       // Zero the control and LL regions, then make sure every rank did before anyone writes.
       SYMMEM_GK_CHECK(c, cudaMemsetAsync(w.local, 0, w.L.data_offset, c.stream));
@@ -624,7 +668,7 @@ Ws get_ws(const Call& c, size_t data_bytes) {
       }
       w.mem.barrier(0, c.a.timeout, c.a.stream);
       lock.lock();
-      P.ws[bm.get()] = WsState{bm, trec, w.local, c.a.device.index};
+      P.ws[bm.get()] = WsState{bm, trec, orphan, w.local, c.a.device.index};
     }
     auto& g = P.group_ws[gkey];
     if (g.mem.lock() != bm) g = Process::GroupWs{bm, 0, w.local};
@@ -641,6 +685,7 @@ Ws get_ws(const Call& c, size_t data_bytes) {
       c.a.group != nullptr ? symmem::cuda::abort_slot(*c.a.group) : symmem::cuda::AbortSlot{};
   w.sync.abort_word = abort.word;
   w.sync.abort_slot = abort.slot;
+  w.sync.orphan_flag = orphan;  // NOTE [orphan stop flags]
   w.sync.desc_offset = static_cast<uint32_t>(w.L.desc_offset);
   // Armed here, where a kernel that writes them is about to be launched: an op that launches none
   // (count 0, world size 1 copies) leaves its slot unarmed, so metrics lines do not wait on it.
@@ -993,6 +1038,108 @@ void run_single(const Call& c) {
   }
 }
 
+// Relaxes this thread's stream-capture mode for the scope (a host wait on an event while
+// another stream captures).
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCaptureMode() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
+// NOTE [stream order]: orders this op after the group's last one; returns the group's entry for
+// note_launched(). Only the thread running the group's op touches the entry (NOTE [one thread
+// per group]); the map itself is guarded by P.mu.
+Process::GroupOrder& order_after_last(const Call& c) {
+  Process& P = proc();
+  const auto& impl = c.a.group->impl();
+  Process::GroupOrder* o = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(P.mu);
+    auto it = P.order.find(impl.get());
+    if (it == P.order.end()) {
+      // A group's first op: entries of groups that are gone go (no op of theirs can be running:
+      // an op holds its group), with their events.
+      RelaxedCaptureMode relaxed;
+      for (auto e = P.order.begin(); e != P.order.end();) {
+        if (!e->second.group.expired()) {
+          ++e;
+          continue;
+        }
+        if (e->second.event != nullptr) (void)cudaEventDestroy(e->second.event);
+        e = P.order.erase(e);
+      }
+      it = P.order.emplace(impl.get(), Process::GroupOrder{}).first;
+    }
+    o = &it->second;
+  }
+  if (o->group.owner_before(impl) || impl.owner_before(o->group) || o->group.expired()) {
+    o->group = impl;  // a new group at this address: no previous op
+    o->recorded = false;
+  }
+  if (!o->recorded || (o->stream_id == c.stream_id && o->capture_id == c.capture_id)) return *o;
+  if (o->capture_id == 0) {
+    if (!c.capturing) {
+      SYMMEM_GK_CHECK(c, cudaStreamWaitEvent(c.stream, o->event, 0));
+    } else {
+      RelaxedCaptureMode relaxed;
+      SYMMEM_GK_CHECK(c, cudaEventSynchronize(o->event));
+    }
+  } else if (c.capturing && c.capture_id == o->capture_id) {
+    SYMMEM_GK_CHECK(c, cudaStreamWaitEvent(c.stream, o->event, 0));
+  }
+  return *o;
+}
+
+// NOTE [stream order]: records the group's event after the op just enqueued on c.stream.
+void note_launched(const Call& c, Process::GroupOrder& o) {
+  if (o.event == nullptr || o.device != c.a.device.index) {
+    if (o.event != nullptr) (void)cudaEventDestroy(o.event);  // released once it completes
+    o.event = nullptr;
+    o.recorded = false;
+    RelaxedCaptureMode relaxed;
+    SYMMEM_GK_CHECK(c, cudaEventCreateWithFlags(&o.event, cudaEventDisableTiming));
+    o.device = c.a.device.index;
+  }
+  SYMMEM_GK_CHECK(c, cudaEventRecord(o.event, c.stream));
+  o.recorded = true;
+  o.stream_id = c.stream_id;
+  o.capture_id = c.capture_id;
+}
+
+void dispatch(const Call& c) {
+  const OpArgs& a = c.a;
+  if (c.world == 1 && a.kind != OpKind::all_to_all_v) {
+    run_single(c);
+    return;
+  }
+  switch (a.kind) {
+    case OpKind::all_reduce:
+      return all_reduce(c);
+    case OpKind::reduce_scatter:
+      return reduce_scatter(c);
+    case OpKind::all_gather:
+      return all_gather(c);
+    case OpKind::all_to_all:
+      return all_to_all(c);
+    case OpKind::all_to_all_v:
+      return all_to_all_v(c);
+    case OpKind::broadcast:
+      return broadcast(c);
+    case OpKind::barrier:
+      return barrier(c);
+    case OpKind::put:  // handled by cuda_run_op (no `default`: -Wswitch names a missing case)
+    case OpKind::get:
+    case OpKind::kCount:
+      break;
+  }
+  symmem::throw_error(ErrorCode::Internal, c.op, c.rank, "unknown op kind");
+}
+
 }  // namespace
 
 int cuda_tuning_signature(const symmem::Group& group, int device, char* buf, size_t len) {
@@ -1087,29 +1234,16 @@ void cuda_run_op(const OpArgs& a) {
     }
   }
   if (a.kind != OpKind::barrier && a.kind != OpKind::all_to_all_v && a.count == 0) return;
-  if (c.world == 1 && a.kind != OpKind::all_to_all_v) {
-    run_single(c);
-    return;
+  Process::GroupOrder& order = order_after_last(c);  // NOTE [stream order]
+  try {
+    dispatch(c);
+  } catch (...) {
+    // What was enqueued before the failure (a workspace's zeroing, say) still orders the next op.
+    try {
+      note_launched(c, order);
+    } catch (...) {
+    }
+    throw;
   }
-  switch (a.kind) {
-    case OpKind::all_reduce:
-      return all_reduce(c);
-    case OpKind::reduce_scatter:
-      return reduce_scatter(c);
-    case OpKind::all_gather:
-      return all_gather(c);
-    case OpKind::all_to_all:
-      return all_to_all(c);
-    case OpKind::all_to_all_v:
-      return all_to_all_v(c);
-    case OpKind::broadcast:
-      return broadcast(c);
-    case OpKind::barrier:
-      return barrier(c);
-    case OpKind::put:  // handled above (no `default`: -Wswitch names a new op's missing case)
-    case OpKind::get:
-    case OpKind::kCount:
-      break;
-  }
-  symmem::throw_error(ErrorCode::Internal, op, rank, "unknown op kind");
+  note_launched(c, order);
 }

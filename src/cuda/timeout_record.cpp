@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -151,7 +153,136 @@ std::vector<std::weak_ptr<detail::AbortState>>& abort_owners() {
   return *v;
 }
 
+// NOTE [orphan stop flags]: the registered allocations, by id, and a stream per device for the
+// stores. Immortal (an abort may come while statics are destroyed).
+struct OrphanEntry {
+  int32_t slot = -1;  // the group's abort slot
+  int device = -1;
+  std::weak_ptr<Group::Impl> group;
+  std::vector<int32_t*> flags;  // per group rank
+};
+struct OrphanRegistry {
+  std::mutex mu;
+  uint64_t next_id = 1;
+  std::map<uint64_t, OrphanEntry> entries;
+  std::map<int, cudaStream_t> streams;  // per device, non-blocking
+};
+OrphanRegistry& orphans() {
+  static auto* r = new OrphanRegistry;
+  return *r;
+}
+
+// Relaxes this thread's stream-capture mode for the scope: the stores may be issued while
+// another thread captures a graph.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCaptureMode() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
+// Stores 1 into the flags of the ranks `gone` of `e` on R's stream of its device (R.mu held; the
+// caller restores the current device and clears a CUDA error). Returns how many were stored.
+int store_flags(OrphanRegistry& R, const OrphanEntry& e, const std::vector<int>& gone) {
+  if (cudaSetDevice(e.device) != cudaSuccess) return 0;
+  cudaStream_t& st = R.streams[e.device];
+  if (st == nullptr && cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess) {
+    st = nullptr;
+    return 0;
+  }
+  int stored = 0;
+  for (int r : gone) {
+    if (r < 0 || r >= static_cast<int>(e.flags.size()) || e.flags[r] == nullptr) continue;
+    if (cudaMemsetAsync(e.flags[r], 1, sizeof(int32_t), st) == cudaSuccess) ++stored;
+  }
+  return stored;
+}
+
+// The abort hook's second half (NOTE [orphan stop flags]): flags the gone ranks of the group with
+// abort slot `slot` in each of its registered allocations. Runs under the abort state's mutex;
+// never throws, never waits for the GPU.
+void stop_orphans(int32_t slot) noexcept {
+  try {
+    OrphanRegistry& R = orphans();
+    // Declared before the lock: the group (if this was its last reference) goes after the lock
+    // is released, since its destruction may free allocations, which unregister here.
+    std::shared_ptr<Group::Impl> g;
+    std::lock_guard<std::mutex> lock(R.mu);
+    std::vector<int> gone;
+    bool looked = false;
+    int stored = 0, allocations = 0;
+    int prev = -1;
+    const bool have_prev = cudaGetDevice(&prev) == cudaSuccess;
+    RelaxedCaptureMode relaxed;
+    for (auto& [id, e] : R.entries) {
+      (void)id;
+      if (e.slot != slot) continue;
+      if (!looked) {
+        looked = true;
+        g = e.group.lock();
+        if (g) gone = detail::gone_local_ranks(*g);
+      }
+      if (gone.empty()) break;
+      const int n = store_flags(R, e, gone);
+      stored += n;
+      allocations += n > 0 ? 1 : 0;
+    }
+    (void)cudaGetLastError();  // a failed store is not the next op's error
+    if (have_prev) (void)cudaSetDevice(prev);
+    if (stored > 0 && g) {
+      std::ostringstream ranks;
+      for (size_t i = 0; i < gone.size(); ++i) ranks << (i ? "," : "") << gone[i];
+      SYMMEM_LOG(INFO, GPU) << "rank " << g->rank << ": group " << g->name
+                            << " aborted: set the orphan stop flags of gone rank(s) " << ranks.str()
+                            << " in " << allocations
+                            << " allocation(s), so kernels they left running stop";
+    }
+  } catch (...) {
+  }
+}
+
 }  // namespace
+
+uint64_t register_orphan_flags(const Group& group, int device, std::vector<int32_t*> flags) {
+  const AbortSlot a = abort_slot(group);
+  if (a.slot < 0 || !group.valid()) return 0;
+  OrphanRegistry& R = orphans();
+  std::lock_guard<std::mutex> lock(R.mu);
+  const uint64_t id = R.next_id++;
+  R.entries[id] = OrphanEntry{a.slot, device, group.impl(), std::move(flags)};
+  return id;
+}
+
+void unregister_orphan_flags(uint64_t id) noexcept {
+  if (id == 0) return;
+  try {
+    OrphanRegistry& R = orphans();
+    std::shared_ptr<Group::Impl> g;  // goes after the lock (see stop_orphans)
+    std::lock_guard<std::mutex> lock(R.mu);
+    auto it = R.entries.find(id);
+    if (it == R.entries.end()) return;
+    // An aborted group's allocation flags the ranks gone by now once more: one that died after
+    // the abort (the hook ran once) may have left a kernel on this memory too.
+    g = it->second.group.lock();
+    if (g && detail::aborted_state(g->abort.get()) != nullptr) {
+      const std::vector<int> gone = detail::gone_local_ranks(*g);
+      if (!gone.empty()) {
+        int prev = -1;
+        const bool have_prev = cudaGetDevice(&prev) == cudaSuccess;
+        RelaxedCaptureMode relaxed;
+        (void)store_flags(R, it->second, gone);
+        (void)cudaGetLastError();
+        if (have_prev) (void)cudaSetDevice(prev);
+      }
+    }
+    R.entries.erase(it);
+  } catch (...) {
+  }
+}
 
 AbortSlot abort_slot(const Group& group) {
   if (!group.valid()) return {};
@@ -186,7 +317,10 @@ AbortSlot abort_slot(const Group& group) {
   int32_t* word = table + slot;
   // Hooks outside g_mu (a hook may run at once, and set_aborted holds the state's mutex).
   for (detail::AbortState* s = st.get(); s != nullptr; s = s->parent.get()) {
-    detail::add_abort_hook(*s, [word] { *reinterpret_cast<volatile int32_t*>(word) = 1; });
+    detail::add_abort_hook(*s, [word, slot] {
+      *reinterpret_cast<volatile int32_t*>(word) = 1;
+      stop_orphans(slot);  // NOTE [orphan stop flags]
+    });
   }
   detail::watch_peer_liveness(group);
   return {word, slot};

@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "symmem/store.hpp"
 
@@ -67,6 +68,22 @@ struct AbortSlot {
   int32_t slot = -1;
 };
 AbortSlot abort_slot(const Group& group);
+
+// NOTE [orphan stop flags] (host side; the device side is the NOTE of that name in
+// symmem/device/sync.cuh)
+// Every CudaMemory registers its ranks' orphan stop flags here (flags[p]: rank p's flag, as a
+// device address of this process, mapped on `device`) after its rendezvous, and unregisters
+// them before it unmaps anything. The hook that abort_slot() puts on the group's abort state
+// (and its ancestors') then, when the state is set, finds the group's ranks whose process is
+// gone (detail::gone_local_ranks: /proc, no store) and stores 1 into their flags in every
+// registered allocation of the group, with cudaMemsetAsync on a private non-blocking stream per
+// device (no host wait; CudaMemory::release synchronises the context after unregistering, so a
+// store never lands in unmapped memory). A kernel the dead process left waiting then stops
+// within about a millisecond instead of at its deadline. The hook runs once; a rank found gone
+// only later is flagged when an allocation of the aborted group is freed (unregister does it
+// first, for that allocation). register returns the registration's id (0: none made).
+uint64_t register_orphan_flags(const Group& group, int device, std::vector<int32_t*> flags);
+void unregister_orphan_flags(uint64_t id) noexcept;
 
 // The process-wide record (created on first use, on the current device's context).
 int32_t* timeout_record();

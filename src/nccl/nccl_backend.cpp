@@ -2,10 +2,14 @@
 #include "nccl/nccl_library.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
+#include "core/abort.hpp"
 #include "core/exchange.hpp"
+#include "core/group_impl.hpp"
 #include "core/log.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/cuda_ops.hpp"
@@ -27,6 +31,7 @@ void throw_nccl(ErrorCode code, std::string_view op, int rank, const char* call,
 
 Comm::~Comm() {
   if (comm == nullptr || !owned) return;
+  if (state == State::aborted) return;  // ncclCommAbort freed it (NOTE [nccl abort])
   int prev = -1;
   if (cudaGetDevice(&prev) == cudaSuccess && device >= 0) (void)cudaSetDevice(device);
   (void)ncclCommDestroy(comm);
@@ -45,7 +50,107 @@ NcclBackend* g_backend = nullptr;
 struct GpuIdentity {
   char host[64];
   char pci[32];
+  int32_t can_shrink;  // 1: this rank can build the communicator by ncclCommShrink
 };
+
+// NOTE [nccl abort]: revoked communicators kept for a shrink of their group, by group name.
+// Immortal: never destroyed at exit, when NCCL may be gone.
+struct Parked {
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<Comm>> by_group;
+};
+Parked& parked() {
+  static auto* p = new Parked;
+  return *p;
+}
+
+std::string state_name(Comm::State s) {
+  switch (s) {
+    case Comm::State::live:
+      return "live";
+    case Comm::State::stopping:
+      return "being stopped";
+    case Comm::State::revoked:
+      return "revoked";
+    case Comm::State::aborted:
+      return "aborted";
+  }
+  return "?";
+}
+
+// NOTE [nccl abort]: the stopping thread's work. Never throws.
+void stop_comm(const std::shared_ptr<Comm>& c) noexcept {
+  Comm::State result = Comm::State::live;
+  std::string how;
+  try {
+    int prev = -1;
+    const bool have_prev = cudaGetDevice(&prev) == cudaSuccess;
+    if (c->device >= 0) (void)cudaSetDevice(c->device);
+    const CommRevokeFn revoke = comm_revoke_fn();
+    if (revoke != nullptr) {
+      const ncclResult_t r = revoke(c->comm, 0 /* NCCL_REVOKE_DEFAULT */);
+      if (r == ncclSuccess || r == ncclInProgress) {
+        result = Comm::State::revoked;
+        how = "revoked (ncclCommRevoke); kept for a shrink of the group";
+      } else {
+        how = std::string("ncclCommRevoke failed (") + ncclGetErrorString(r) + ")";
+      }
+    }
+    if (result == Comm::State::live && c->owned) {
+      const ncclResult_t r = ncclCommAbort(c->comm);
+      result = Comm::State::aborted;  // freed or not, never touched again
+      how += std::string(how.empty() ? "" : "; ") + "aborted (ncclCommAbort" +
+             (revoke == nullptr ? ": this NCCL has no ncclCommRevoke" : "") +
+             (r == ncclSuccess ? "" : std::string(", which failed: ") + ncclGetErrorString(r)) +
+             ")";
+    } else if (result == Comm::State::live) {
+      how += std::string(how.empty() ? "" : "; ") +
+             "left running: it was handed in with use_nccl_comm() and this NCCL cannot revoke it "
+             "(ncclCommAbort would free the caller's communicator); abort it yourself";
+    }
+    if (have_prev) (void)cudaSetDevice(prev);
+    if (result == Comm::State::revoked) {
+      Parked& P = parked();
+      std::lock_guard<std::mutex> lock(P.mu);
+      P.by_group[c->group_name] = c;
+    }
+    SYMMEM_LOG(INFO, INIT) << "nccl: group '" << c->group_name << "' aborted: its communicator "
+                           << how;
+  } catch (...) {
+  }
+  {
+    std::lock_guard<std::mutex> lock(c->state_mu);
+    c->state = result;
+  }
+  c->state_cv.notify_all();
+}
+
+// NOTE [nccl abort]: hooks `c` on the abort state of `group` and its ancestors.
+void watch_abort(const Group& group, const std::shared_ptr<Comm>& c) {
+  if (!group.valid()) return;
+  std::weak_ptr<Comm> wc = c;
+  for (detail::AbortState* s = group.impl()->abort.get(); s != nullptr; s = s->parent.get()) {
+    detail::add_abort_hook(*s, [wc] {
+      std::shared_ptr<Comm> comm = wc.lock();
+      if (!comm) return;
+      {
+        std::lock_guard<std::mutex> lock(comm->state_mu);
+        if (comm->stop_requested) return;
+        comm->stop_requested = true;
+        comm->state = Comm::State::stopping;
+      }
+      try {
+        std::thread([comm] { stop_comm(comm); }).detach();
+      } catch (...) {
+        {
+          std::lock_guard<std::mutex> lock(comm->state_mu);
+          comm->state = Comm::State::live;
+        }
+        comm->state_cv.notify_all();
+      }
+    });
+  }
+}
 
 }  // namespace
 
@@ -118,6 +223,7 @@ void NcclBackend::use_comm(const Group& group, ncclComm_t comm) {
   for (int p = 0; p < count; ++p) c->all_lsa = c->all_lsa && c->lsa.index_of(c->rank, p) >= 0;
   c->all_lsa = c->all_lsa || c->single_rank();
   user_comms_[group.name()] = c;
+  watch_abort(group, c);  // NOTE [nccl abort]
   SYMMEM_LOG(INFO, INIT) << "nccl: group '" << group.name() << "' uses a communicator handed in"
                          << " (not owned): " << count << " ranks, cuda:" << device
                          << ", LSA team of " << c->lsa.n_ranks;
@@ -161,6 +267,9 @@ std::shared_ptr<Comm> NcclBackend::create_comm(const Group& group, int device, c
   GpuIdentity me{};
   std::snprintf(me.host, sizeof(me.host), "%s", group.host_id().c_str());
   SYMMEM_CUDART_CHECK(op, rank, cudaDeviceGetPCIBusId(me.pci, sizeof(me.pci), device));
+  std::string no_shrink;  // why this rank cannot shrink (NOTE [nccl abort])
+  std::shared_ptr<Comm> parent = shrinkable_parent(group, device, &no_shrink);
+  me.can_shrink = parent ? 1 : 0;
   StoreExchange ex(group.store(), group.name() + "/nccl/comm", rank, world, group.timeout());
   auto ids = ex.all_gather(me);
   for (int p = 0; p < world; ++p) {
@@ -177,17 +286,42 @@ std::shared_ptr<Comm> NcclBackend::create_comm(const Group& group, int device, c
     }
   }
 
-  ncclUniqueId id{};
-  if (rank == 0) {
-    SYMMEM_NCCL_CHECK_CODE(ErrorCode::BackendUnavailable, op, rank, nullptr, ncclGetUniqueId(&id));
+  const std::string& shrunk_from = group.impl()->shrunk_from;
+  int cannot = -1;  // a rank that cannot shrink
+  for (int p = 0; p < world && cannot < 0; ++p) {
+    if (ids[p].can_shrink == 0) cannot = p;
   }
-  id = ex.broadcast(id, 0);
-
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 1;
   ncclComm_t comm = nullptr;
-  SYMMEM_NCCL_CHECK_CODE(ErrorCode::BackendUnavailable, op, rank, nullptr,
-                         ncclCommInitRankConfig(&comm, world, id, rank, &config));
+  if (!shrunk_from.empty() && cannot < 0) {
+    comm = shrink_comm(group, *parent, &config, op);  // every rank of the group: collective
+    std::lock_guard<std::mutex> lock(parked().mu);
+    auto it = parked().by_group.find(shrunk_from);
+    if (it != parked().by_group.end() && it->second == parent) parked().by_group.erase(it);
+  } else {
+    if (!shrunk_from.empty()) {
+      SYMMEM_LOG(INFO, INIT) << "nccl: group '" << group.name() << "' (shrunk from '" << shrunk_from
+                             << "') gets a new communicator, not ncclCommShrink: "
+                             << (parent ? "rank " + std::to_string(cannot) + " cannot shrink"
+                                        : "this rank cannot: " + no_shrink);
+    }
+    ncclUniqueId id{};
+    if (rank == 0) {
+      SYMMEM_NCCL_CHECK_CODE(ErrorCode::BackendUnavailable, op, rank, nullptr,
+                             ncclGetUniqueId(&id));
+    }
+    id = ex.broadcast(id, 0);
+    SYMMEM_NCCL_CHECK_CODE(ErrorCode::BackendUnavailable, op, rank, nullptr,
+                           ncclCommInitRankConfig(&comm, world, id, rank, &config));
+  }
+  return wrap_comm(group, device, comm, op);
+}
+
+std::shared_ptr<Comm> NcclBackend::wrap_comm(const Group& group, int device, ncclComm_t comm,
+                                             const char* op) {
+  const int rank = group.rank();
+  const int world = group.world_size();
   auto c = std::make_shared<Comm>();
   c->comm = comm;
   c->owned = true;
@@ -199,6 +333,7 @@ std::shared_ptr<Comm> NcclBackend::create_comm(const Group& group, int device, c
   c->all_lsa = true;
   for (int p = 0; p < world; ++p) c->all_lsa = c->all_lsa && c->lsa.index_of(rank, p) >= 0;
   c->all_lsa = c->all_lsa || c->single_rank();
+  watch_abort(group, c);      // NOTE [nccl abort]
   confirm_symmetric(*c, op);  // see NOTE [one-rank communicators]
   int version = 0;
   (void)ncclGetVersion(&version);
@@ -210,6 +345,99 @@ std::shared_ptr<Comm> NcclBackend::create_comm(const Group& group, int device, c
                                               "buffers are used without a window)"
                                             : "");
   return c;
+}
+
+std::shared_ptr<Comm> NcclBackend::shrinkable_parent(const Group& group, int device,
+                                                     std::string* why) {
+  const Group::Impl& g = *group.impl();
+  if (g.shrunk_from.empty()) {
+    *why = "not made by shrink()";
+    return nullptr;
+  }
+  if (comm_shrink_fn() == nullptr) {
+    *why = "the loaded NCCL (" + library().path + ") has no ncclCommShrink";
+    return nullptr;
+  }
+  std::shared_ptr<Comm> c;
+  {
+    std::lock_guard<std::mutex> lock(parked().mu);
+    auto it = parked().by_group.find(g.shrunk_from);
+    if (it != parked().by_group.end()) c = it->second;
+  }
+  if (!c) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto u = user_comms_.find(g.shrunk_from);
+    if (u != user_comms_.end()) c = u->second;
+    auto o = own_comms_.find(g.shrunk_from);
+    if (!c && o != own_comms_.end()) c = o->second.lock();
+  }
+  if (!c) {
+    *why = "this rank holds no communicator of group '" + g.shrunk_from +
+           "' (none was made, or it was freed with the group's last nccl allocation before it "
+           "could be revoked)";
+    return nullptr;
+  }
+  if (c->device != device || c->world != static_cast<int>(g.rank_map.size())) {
+    *why = "the communicator of group '" + g.shrunk_from + "' is on another device or size";
+    return nullptr;
+  }
+  const Comm::State st = c->current();
+  if (st == Comm::State::aborted) {
+    *why = "the communicator of group '" + g.shrunk_from + "' was aborted (ncclCommAbort)";
+    return nullptr;
+  }
+  return c;
+}
+
+ncclComm_t NcclBackend::shrink_comm(const Group& group, Comm& parent, ncclConfig_t* config,
+                                    const char* op) {
+  const Group::Impl& g = *group.impl();
+  const int rank = group.rank();
+  const auto deadline = std::chrono::steady_clock::now() + group.timeout();
+  // A revoke in flight first, then NCCL's own quiescence (NOTE [nccl abort]).
+  Comm::State st;
+  {
+    std::unique_lock<std::mutex> lock(parent.state_mu);
+    parent.state_cv.wait_until(lock, deadline,
+                               [&] { return parent.state != Comm::State::stopping; });
+    st = parent.state;
+  }
+  SYMMEM_CHECK(op, rank, st == Comm::State::live || st == Comm::State::revoked,
+               ErrorCode::BackendUnavailable,
+               "nccl: the communicator of group '" << g.shrunk_from << "' is " << state_name(st)
+                                                   << "; it cannot be shrunk for group '"
+                                                   << group.name() << "'");
+  ncclResult_t async = ncclSuccess;
+  if (st == Comm::State::revoked) {
+    while (ncclCommGetAsyncError(parent.comm, &async) == ncclSuccess && async == ncclInProgress &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    SYMMEM_CHECK(op, rank, async != ncclInProgress, ErrorCode::Timeout,
+                 "nccl: the revoked communicator of group '"
+                     << g.shrunk_from << "' did not become quiescent within the group's timeout ("
+                     << group.timeout().count() << " ms); it cannot be shrunk");
+  }
+  std::vector<int> excluded;
+  for (int r = 0; r < static_cast<int>(g.rank_map.size()); ++r) {
+    if (g.rank_map[r] < 0) excluded.push_back(r);
+  }
+  // A live parent, or one whose revoke left an error: NCCL ends its ops first.
+  const int flags =
+      st == Comm::State::revoked && async == ncclSuccess ? NCCL_SHRINK_DEFAULT : NCCL_SHRINK_ABORT;
+  ncclComm_t comm = nullptr;
+  const CommShrinkFn shrink = comm_shrink_fn();
+  SYMMEM_NCCL_CHECK_CODE(ErrorCode::BackendUnavailable, op, rank, parent.comm,
+                         shrink(parent.comm, excluded.data(), static_cast<int>(excluded.size()),
+                                &comm, config, flags));
+  std::ostringstream ranks;
+  for (size_t i = 0; i < excluded.size(); ++i) ranks << (i ? "," : "") << excluded[i];
+  SYMMEM_LOG(INFO, INIT) << "nccl: group '" << group.name()
+                         << "' gets its communicator from ncclCommShrink of group '"
+                         << g.shrunk_from << "''s (" << state_name(st) << "), without ranks "
+                         << ranks.str()
+                         << (flags == NCCL_SHRINK_ABORT ? " (NCCL_SHRINK_ABORT)" : "");
+  return comm;
 }
 
 void NcclBackend::confirm_symmetric(Comm& c, const char* op) {

@@ -13,7 +13,29 @@
 // group's store) or handed in with use_nccl_comm() (not owned). Subgroups get their own
 // communicator through their own store keys: ncclCommSplit would need every rank of the parent
 // to call it, while Group::split() is called by the members only.
+//
+// NOTE [nccl abort]
+// Aborting a group (Group::abort, the liveness watcher, shrink(); NOTE [group abort]) stops its
+// communicator, so that NCCL's own in-flight collectives (the fallback path) return: a hook on
+// the group's abort state (and its ancestors') marks the Comm stopping at once and a thread of
+// its own then calls
+//   - ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT) where the loaded NCCL has it (NOTE [optional
+//     NCCL entry points]): in-flight ops end, the communicator stays valid for destroy and
+//     shrink. The revoked Comm is kept (parked, by group name) for a shrink of its group;
+//   - else ncclCommAbort(comm) for a communicator symmem made (NCCL frees it; symmem never
+//     touches it again). A handed-in communicator is not aborted (ncclCommAbort would free the
+//     caller's object): the log says so, and its owner decides.
+// The hook never waits for NCCL (it runs under the abort state's mutex, maybe on the liveness
+// watcher's thread). Allocations of an aborted group free their buffers without deregistering
+// their windows (deregistration is collective: the dead peer would never come); ncclCommDestroy
+// (revoked) or ncclCommAbort released them.
+// Shrink: the first nccl allocation of a group made by shrink() builds its communicator with
+// ncclCommShrink(parent's, excluded ranks) when every survivor holds the parent group's
+// communicator (live or revoked, not aborted) and the loaded NCCL has ncclCommShrink (the ranks
+// agree on that through the store first), else with a new communicator; the log says which and
+// why (SYMMEM_DEBUG=INFO).
 
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -53,6 +75,17 @@ struct Comm {
   bool single_rank() const { return world == 1; }
   bool no_window() const { return single_rank() && !symmetric_confirmed; }
   std::string group_name;
+  // NOTE [nccl abort]. live -> stopping (the abort hook) -> revoked | aborted | live (a
+  // handed-in communicator that could not be revoked: left to its owner).
+  enum class State { live, stopping, revoked, aborted };
+  std::mutex state_mu;
+  std::condition_variable state_cv;
+  State state = State::live;
+  bool stop_requested = false;  // the hook ran (state may be back to live: nothing was possible)
+  State current() {
+    std::lock_guard<std::mutex> lock(state_mu);
+    return state;
+  }
   ~Comm();
 };
 
@@ -73,6 +106,14 @@ class NcclBackend final : public Backend {
 
  private:
   std::shared_ptr<Comm> create_comm(const Group& group, int device, const char* op);
+  // The communicator of the group `group` was shrunk from, when this rank can shrink it (NOTE
+  // [nccl abort]); null, with the reason in *why, otherwise.
+  std::shared_ptr<Comm> shrinkable_parent(const Group& group, int device, std::string* why);
+  // Sets up a Comm around a new communicator `comm` of `group` (LSA team, symmetric support).
+  std::shared_ptr<Comm> wrap_comm(const Group& group, int device, ncclComm_t comm, const char* op);
+  // ncclCommShrink of `parent` (the communicator of the group `group` was shrunk from) without
+  // the ranks shrink() excluded; collective over `group`.
+  ncclComm_t shrink_comm(const Group& group, Comm& parent, ncclConfig_t* config, const char* op);
   // Throws BackendUnavailable when NCCL gives no symmetric support (or, for a one-rank
   // communicator, logs why and leaves c.symmetric_confirmed false; see the NOTE above).
   void confirm_symmetric(Comm& c, const char* op);

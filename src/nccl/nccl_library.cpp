@@ -137,6 +137,16 @@ void* symbol(const char* name) noexcept {
   return lib.handle != nullptr ? dlsym(lib.handle, name) : nullptr;
 }
 
+CommRevokeFn comm_revoke_fn() noexcept {
+  static const auto fn = reinterpret_cast<CommRevokeFn>(symbol("ncclCommRevoke"));
+  return fn;
+}
+
+CommShrinkFn comm_shrink_fn() noexcept {
+  static const auto fn = reinterpret_cast<CommShrinkFn>(symbol("ncclCommShrink"));
+  return fn;
+}
+
 }  // namespace symmem::nccl
 
 // ---- the plugin's NCCL entry points (hidden: they bind inside the plugin only) ----------------
@@ -156,6 +166,9 @@ SYMMEM_NCCL_FORWARD(ncclCommInitRankConfig,
                      ncclConfig_t* config),
                     (comm, nranks, id, rank, config))
 SYMMEM_NCCL_FORWARD(ncclCommDestroy, (ncclComm_t comm), (comm))
+SYMMEM_NCCL_FORWARD(ncclCommAbort, (ncclComm_t comm), (comm))
+SYMMEM_NCCL_FORWARD(ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t* async_error),
+                    (comm, async_error))
 SYMMEM_NCCL_FORWARD(ncclCommCount, (const ncclComm_t comm, int* count), (comm, count))
 SYMMEM_NCCL_FORWARD(ncclCommCuDevice, (const ncclComm_t comm, int* device), (comm, device))
 SYMMEM_NCCL_FORWARD(ncclCommUserRank, (const ncclComm_t comm, int* rank), (comm, rank))

@@ -21,6 +21,8 @@
 // forward to the chosen library; without one they return ncclSystemError and
 // ncclGetLastError() says why.
 
+#include <nccl.h>
+
 #include <string>
 
 namespace symmem::nccl {
@@ -38,5 +40,19 @@ const Library& library() noexcept;
 
 // The address of `name` in the chosen NCCL, or null when there is none.
 void* symbol(const char* name) noexcept;
+
+// NOTE [optional NCCL entry points]
+// Entry points of newer NCCLs than the oldest the plugin accepts are looked up, never assumed:
+// each function below is the loaded NCCL's, or null when it lacks it (then the caller does
+// without, and says so in the log). Signatures as in NCCL 2.28.9's nccl.h.
+//   ncclCommRevoke(comm, flags)                      stops in-flight ops; the comm stays valid
+//                                                     for destroy and shrink (2.28)
+//   ncclCommShrink(comm, excluded, n, &newcomm, config, flags)   a communicator of the ranks
+//                                                     not excluded, collective over them (2.27)
+using CommRevokeFn = ncclResult_t (*)(ncclComm_t comm, int revoke_flags);
+using CommShrinkFn = ncclResult_t (*)(ncclComm_t comm, int* exclude_ranks, int exclude_count,
+                                      ncclComm_t* newcomm, ncclConfig_t* config, int shrink_flags);
+CommRevokeFn comm_revoke_fn() noexcept;
+CommShrinkFn comm_shrink_fn() noexcept;
 
 }  // namespace symmem::nccl

@@ -100,6 +100,18 @@ void NcclMemory::release() noexcept {
   tables_.reset();
   // NCCL may synchronise the communicator inside deregistration (registration is collective):
   // ranks free nccl allocations in the same order, as they allocated them.
+  bool stopped = false;  // NOTE [nccl abort]: the communicator of an aborted group
+  {
+    std::lock_guard<std::mutex> lock(comm_->state_mu);
+    stopped = comm_->stop_requested;
+  }
+  if (window_ != nullptr && stopped) {
+    // Collective: the peers that failed would never come. ncclCommDestroy of the revoked
+    // communicator (or ncclCommAbort) releases the window.
+    SYMMEM_LOG(INFO, ALLOC) << "nccl: group '" << comm_->group_name
+                            << "' was aborted: its window is not deregistered (collective)";
+    window_ = nullptr;
+  }
   if (window_ != nullptr) {
     ncclResult_t r = ncclCommWindowDeregister(comm_->comm, window_);
     if (r != ncclSuccess) {
@@ -137,7 +149,12 @@ bool NcclMemory::direct_access(int peer) const {
 }
 
 DeviceHandle NcclMemory::device_handle(size_t offset, size_t length) const {
-  return tables_->handle(offset, length, pad_bytes_);
+  DeviceHandle h = tables_->handle(offset, length, pad_bytes_);
+  // NOTE [device abort]: the group's abort word ends this allocation's device waits too.
+  const cuda::AbortSlot abort = cuda::abort_slot(group_);
+  h.abort_word = abort.word;
+  h.abort_slot = abort.slot;
+  return h;
 }
 
 void NcclMemory::barrier(int channel, Millis timeout, Stream stream) {

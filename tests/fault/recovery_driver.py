@@ -14,7 +14,10 @@ and checks that
 
 It prints time to error (kill -> PeerFailure), time to a working shrunk group (kill -> its
 verification done) and, for grow trials, time to the whole group again (kill -> verification on
-N ranks done), median / p95 / max, and exits non-zero on any failed trial.
+N ranks done), median / p95 / max, and where a survivor's recovery time goes (error -> old memory
+freed -> shrink() returned -> first allocation on the shrunk group -> its first verified op ->
+verified), and exits non-zero on any failed trial. A worker's last words (RECOVERY-SIGNAL,
+RECOVERY-TERMINATE on stderr) are reported as problems.
 """
 import argparse
 import json
@@ -102,12 +105,18 @@ def run_trial(args, trial, rng, grow):
         return None, None
 
     to_error, to_shrunk, to_grown = [], [], []
+    phases = {name: [] for name, _, _ in PHASES}
     survivors = [r for r in range(args.ranks) if r != victim]
     for r in survivors:
         t_err, line = field("FAULT-RESULT", r)
         if t_err is None:
             problems.append(f"rank {r} printed no FAULT-RESULT")
             continue
+        for name, a, b in PHASES:
+            ta, _ = field(a, r)
+            tb, _ = field(b, r)
+            if ta is not None and tb is not None:
+                phases[name].append((tb - ta) / 1e6)
         code = re.search(r"code=(\w+)", line).group(1)
         if code != "PeerFailure":
             problems.append(f"rank {r} failed with {code}: {line[:300]}")
@@ -134,12 +143,23 @@ def run_trial(args, trial, rng, grow):
     for line in lines:
         if "RECOVERY-ERROR" in line or "FAULT-DONE" in line:
             problems.append(line[:400])
+    for line in errs:
+        if "RECOVERY-SIGNAL" in line or "RECOVERY-TERMINATE" in line:
+            problems.append(line[:400])
     if rc != 0:
         problems.append(f"symmem-run exited {rc}")
     problems += leftovers(sock_dir, pids, shm_before)
     return {"trial": trial, "grow": grow, "victim": victim, "rc": rc, "to_error_ms": to_error,
-            "to_shrunk_ms": to_shrunk, "to_grown_ms": to_grown, "problems": problems,
-            "tail": (lines[-12:] + errs[-20:]) if problems else []}
+            "to_shrunk_ms": to_shrunk, "to_grown_ms": to_grown, "phases_ms": phases,
+            "problems": problems, "tail": (lines[-12:] + errs[-30:]) if problems else []}
+
+
+# Where a survivor's recovery time goes: (name, line it starts at, line it ends at).
+PHASES = [("error -> old memory freed", "FAULT-RESULT", "FREED"),
+          ("freed -> shrink() returned", "FREED", "SHRUNK"),
+          ("shrunk -> first allocation", "SHRUNK", "ALLOCATED"),
+          ("allocated -> first verified op", "ALLOCATED", "FIRST-OP"),
+          ("first op -> verified", "FIRST-OP", "RECOVERED")]
 
 
 def summary(name, xs):
@@ -199,6 +219,9 @@ def main():
     print(summary("time to a working shrunk group", [x for r in results for x in r["to_shrunk_ms"]]))
     print(summary("time to the whole group again (grow trials: restart, rejoin, verify)",
                   [x for r in results for x in r["to_grown_ms"]]))
+    print("where a survivor's recovery time goes:")
+    for name, _, _ in PHASES:
+        print("  " + summary(name, [x for r in results for x in r["phases_ms"][name]]))
     print(f"hangs: {hangs}; failed trials: {failed} of {len(results)}")
     if args.json:
         with open(args.json, "w") as f:

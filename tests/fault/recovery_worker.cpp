@@ -11,11 +11,19 @@
 //   FAULT-RESULT rank=<r> code=<ErrorCode> mono_ns=<t> what=<message>
 //   FREED rank=<r> mono_ns=<t>                                          (old memory freed)
 //   SHRUNK rank=<r> new_rank=<n> world=<w> failed=<list> mono_ns=<t>   (shrink() returned)
+//   ALLOCATED rank=<r> world=<w> mono_ns=<t>    (first allocation on the shrunk group; r: old rank)
+//   FIRST-OP rank=<r> world=<w> mono_ns=<t>     (its first verified round done)
 //   RECOVERED rank=<r> world=<w> mono_ns=<t>                            (verified on it)
 //   GROWN rank=<r> new_rank=<n> world=<w> mono_ns=<t>                   (verified after grow)
 //   REJOINED rank=<launcher rank> new_rank=<n> world=<w> mono_ns=<t>   (the replacement)
 // Exit codes: 0 after recovering, 3 on an error the recovery could not handle (printed as
-// RECOVERY-ERROR), 4 when the loop ran out without a fault, 2 on a usage error.
+// RECOVERY-ERROR, with stage= and, for an exception that is not a symmem::Error, its type), 4
+// when the loop ran out without a fault, 2 on a usage error. A process that dies anyway says how
+// first, on stderr: RECOVERY-TERMINATE (std::terminate: an exception escaped a noexcept path or
+// a destructor; the exception's text when there is one) or RECOVERY-SIGNAL (SIGABRT, SIGSEGV,
+// SIGBUS, SIGFPE), each with the stage and a backtrace.
+#include <execinfo.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,7 +31,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <exception>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include <symmem/symmem.hpp>
@@ -57,6 +68,67 @@ std::string list(const std::vector<int>& v) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
   return s.empty() ? "-" : s;
+}
+
+// Where the process is (for the last words of a process that dies; read by a signal handler).
+const char* volatile g_stage = "setup";
+volatile int g_rank = -1;
+
+void write_str(const char* s) {
+  if (s != nullptr) (void)!write(2, s, std::strlen(s));
+}
+
+// Async-signal-safe enough for a test's last words: write(2) and backtrace_symbols_fd.
+void on_fatal_signal(int sig) {
+  char num[16];
+  int v = g_rank < 0 ? 0 : g_rank, n = 0;
+  char rev[16];
+  do {
+    rev[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v > 0 && n < 15);
+  int k = 0;
+  if (g_rank < 0) num[k++] = '-';
+  while (n > 0 && k < 15) num[k++] = rev[--n];
+  num[k] = '\0';
+  write_str("RECOVERY-SIGNAL rank=");
+  write_str(num);
+  write_str(" signal=");
+  write_str(sig == SIGABRT   ? "SIGABRT"
+            : sig == SIGSEGV ? "SIGSEGV"
+            : sig == SIGBUS  ? "SIGBUS"
+                             : "SIGFPE");
+  write_str(" stage=");
+  write_str(g_stage);
+  write_str("\n");
+  void* frames[48];
+  backtrace_symbols_fd(frames, backtrace(frames, 48), 2);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void on_terminate() {
+  std::string what = "no active exception";
+  if (std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      what = std::string(typeid(x).name()) + ": " + x.what();
+    } catch (...) {
+      what = "a non-std exception";
+    }
+  }
+  std::fprintf(stderr, "RECOVERY-TERMINATE rank=%d stage=%s: %s\n", g_rank, g_stage,
+               one_line(what).c_str());
+  std::fflush(stderr);
+  std::abort();  // SIGABRT: on_fatal_signal adds the backtrace
+}
+
+void install_last_words() {
+  std::set_terminate(on_terminate);
+  for (int sig : {SIGABRT, SIGSEGV, SIGBUS, SIGFPE}) signal(sig, on_fatal_signal);
+  void* warm[1];
+  (void)backtrace(warm, 1);  // loads libgcc now, not inside the handler
 }
 
 // x[i] after the all-reduce of round `round` over n ranks, where rank r put (r+1)(round+1) + i.
@@ -153,9 +225,21 @@ void round_on(const symmem::Group& g, symmem::SymmetricMemory& buf, int round) {
   verified_round(g, buf, round);
 }
 
-void verify(const symmem::Group& g, int rounds) {
+// `rounds` verified rounds on a fresh buffer of `g`; `stamp` (the shrunk group's verification)
+// prints ALLOCATED and FIRST-OP, so that the driver can say where recovery time goes.
+void verify(const symmem::Group& g, int rounds, bool stamp = false) {
   auto buf = make_buffer(g);
-  for (int r = 0; r < rounds; ++r) round_on(g, buf, r);
+  if (stamp) {
+    std::printf("ALLOCATED rank=%d world=%d mono_ns=%lld\n", g_rank, g.world_size(), mono_ns());
+    std::fflush(stdout);
+  }
+  for (int r = 0; r < rounds; ++r) {
+    round_on(g, buf, r);
+    if (stamp && r == 0) {
+      std::printf("FIRST-OP rank=%d world=%d mono_ns=%lld\n", g_rank, g.world_size(), mono_ns());
+      std::fflush(stdout);
+    }
+  }
 }
 
 }  // namespace
@@ -177,10 +261,11 @@ int main(int argc, char** argv) {
   const char* env_rank = std::getenv("RANK");
   const int launcher_rank = env_rank != nullptr ? std::atoi(env_rank) : -1;
   int rank = launcher_rank;
-  const char* stage = "setup";
+  g_rank = rank;
+  install_last_words();
   try {
     if (symmem::Group::restarted()) {
-      stage = "rejoin";
+      g_stage = "rejoin";
       symmem::Group g = symmem::Group::rejoin();
       verify(g, 3);
       std::printf("REJOINED rank=%d new_rank=%d world=%d mono_ns=%lld\n", launcher_rank, g.rank(),
@@ -190,9 +275,10 @@ int main(int argc, char** argv) {
     }
     symmem::Group g = symmem::Group::from_env();
     rank = g.rank();
+    g_rank = rank;
     symmem::SymmetricMemory buf;
     try {
-      stage = "loop";
+      g_stage = "loop";
       buf = make_buffer(g);
       std::printf("READY rank=%d pid=%d\n", rank, static_cast<int>(getpid()));
       std::fflush(stdout);
@@ -209,30 +295,38 @@ int main(int argc, char** argv) {
                   symmem::to_string(e.code()), mono_ns(), one_line(e.what()).c_str());
       std::fflush(stdout);
     }
-    stage = "free";
+    g_stage = "free";
     buf = symmem::SymmetricMemory();  // memory of the old group goes with it
     std::printf("FREED rank=%d mono_ns=%lld\n", rank, mono_ns());  // where time goes, if it does
     std::fflush(stdout);
-    stage = "shrink";
+    g_stage = "shrink";
     const std::vector<int> failed = g.failed_ranks();
     symmem::Group small = g.shrink(failed);
     std::printf("SHRUNK rank=%d new_rank=%d world=%d failed=%s mono_ns=%lld\n", rank, small.rank(),
                 small.world_size(), list(failed).c_str(), mono_ns());
     std::fflush(stdout);
-    verify(small, 3);
+    g_stage = "verify on the shrunk group";
+    verify(small, 3, true);
     std::printf("RECOVERED rank=%d world=%d mono_ns=%lld\n", rank, small.world_size(), mono_ns());
     std::fflush(stdout);
     if (mode == "grow") {
-      stage = "grow";
+      g_stage = "grow";
       symmem::Group whole = small.grow(static_cast<int>(failed.size()));
       verify(whole, 3);
       std::printf("GROWN rank=%d new_rank=%d world=%d mono_ns=%lld\n", rank, whole.rank(),
                   whole.world_size(), mono_ns());
       std::fflush(stdout);
     }
+    // The groups (the old one too) and their memory go at the end of this scope.
+    g_stage = "exit: destroying the groups and their memory";
   } catch (const symmem::Error& e) {
-    std::printf("RECOVERY-ERROR rank=%d stage=%s code=%s what=%s\n", rank, stage,
+    std::printf("RECOVERY-ERROR rank=%d stage=%s code=%s what=%s\n", rank, g_stage,
                 symmem::to_string(e.code()), one_line(e.what()).c_str());
+    std::fflush(stdout);
+    return 3;
+  } catch (const std::exception& e) {  // not the library's error type: a bug worth naming
+    std::printf("RECOVERY-ERROR rank=%d stage=%s code=std::exception (%s) what=%s\n", rank, g_stage,
+                typeid(e).name(), one_line(e.what()).c_str());
     std::fflush(stdout);
     return 3;
   }

@@ -63,6 +63,20 @@
 // h.abort_slot instead of 1, which the host raises as the group's abort error (Aborted or
 // PeerFailure) instead of Timeout. A null abort_word (a handle built by hand) only times out.
 //
+// NOTE [orphan stop flags]
+// The abort word lives in the waiting process's own host memory, so nobody can set it once that
+// process is dead: a kernel it left running (under MPS a killed client's kernel keeps its SMs
+// until it returns) would spin until its deadline, and the survivors' frees and allocations may
+// wait for it. So each rank's part of every allocation of the cuda backend also holds an orphan
+// stop flag (h.orphan_flag: an int32 of device memory, past the signal pad, zero at rest), which
+// the peers map like the rest of the part. When a group is aborted (Group::abort, the liveness
+// watcher, shrink()), each surviving rank stores 1 into the flag of every rank of the group whose
+// process is gone, in every live allocation of the group (src/cuda/timeout_record.hpp). Waits
+// read the flag beside the abort word, by the same rule (only after kAbortPollAfterNs of
+// waiting, so a working op never loads it), and stop the same way. Live ranks' flags are never
+// set: their own host decides (abort stays local to a process, NOTE [group abort]). A null
+// orphan_flag: no flag.
+//
 // NOTE [wait progress]
 // How a wait that lasts tells the host whom it waits for (the host logs it: NOTE [wait reports]
 // in core/wait_report.hpp, and the cuda backend's NOTE [timeout record]). A Deadline may carry a
@@ -122,10 +136,11 @@ struct Deadline {
   uint64_t report_ns = ~0ull;       // %globaltimer time after which a wait notes its progress
   int32_t* progress = nullptr;      // kProgressSlots vectors in host-mapped memory, or null
   const int32_t* abort = nullptr;   // the group's abort word (NOTE [device abort]), or null
-  uint64_t abort_after_ns = ~0ull;  // %globaltimer time after which `abort` is read
+  const int32_t* orphan = nullptr;  // this rank's orphan stop flag (NOTE [orphan stop flags])
+  uint64_t abort_after_ns = ~0ull;  // %globaltimer time after which `abort`/`orphan` are read
   __device__ static Deadline after(uint64_t timeout_ns);  // 0: kDefaultTimeoutNs
   __device__ static Deadline of(const DeviceHandle& h) {
-    return after(h.timeout_ns).with_abort(h.abort_word);
+    return after(h.timeout_ns).with_abort(h.abort_word, h.orphan_flag);
   }
   // Past the deadline, or (after kAbortPollAfterNs) the group aborted.
   __device__ bool expired() const {
@@ -133,10 +148,12 @@ struct Deadline {
     return now > end_ns || (now > abort_after_ns && aborted());
   }
   __device__ bool aborted() const {
-    return abort != nullptr && *reinterpret_cast<const volatile int32_t*>(abort) != 0;
+    return (abort != nullptr && *reinterpret_cast<const volatile int32_t*>(abort) != 0) ||
+           (orphan != nullptr && *reinterpret_cast<const volatile int32_t*>(orphan) != 0);
   }
-  // The same deadline, also ended by the abort word `word` (null: unchanged).
-  __device__ Deadline with_abort(const int32_t* word) const;
+  // The same deadline, also ended by the abort word `word` and the orphan stop flag `orphan_flag`
+  // (null: not that one).
+  __device__ Deadline with_abort(const int32_t* word, const int32_t* orphan_flag = nullptr) const;
   // The same deadline with progress notes into `rec` after `report_after_ns` of waiting (from
   // now); a null rec or 0 leaves it without notes.
   __device__ Deadline with_progress(int32_t* rec, uint64_t report_after_ns) const;

@@ -30,10 +30,12 @@ SYMMEM_DEVICE_INLINE Deadline Deadline::after(uint64_t timeout_ns) {
   return Deadline{globaltimer_ns() + (timeout_ns == 0 ? kDefaultTimeoutNs : timeout_ns)};
 }
 
-SYMMEM_DEVICE_INLINE Deadline Deadline::with_abort(const int32_t* word) const {
+SYMMEM_DEVICE_INLINE Deadline Deadline::with_abort(const int32_t* word,
+                                                   const int32_t* orphan_flag) const {
   Deadline d = *this;
-  if (word != nullptr) {
-    d.abort = word;
+  if (word != nullptr) d.abort = word;
+  if (orphan_flag != nullptr) d.orphan = orphan_flag;
+  if (word != nullptr || orphan_flag != nullptr) {
     d.abort_after_ns = globaltimer_ns() + kAbortPollAfterNs;
   }
   return d;
@@ -115,7 +117,8 @@ SYMMEM_DEVICE_INLINE Status record_timeout(const DeviceHandle& h, int channel, i
   int32_t* rec = h.timeout_record;
   if (rec == nullptr) __trap();
   const bool aborted =
-      h.abort_word != nullptr && *reinterpret_cast<const volatile int32_t*>(h.abort_word) != 0;
+      (h.abort_word != nullptr && *reinterpret_cast<const volatile int32_t*>(h.abort_word) != 0) ||
+      (h.orphan_flag != nullptr && *reinterpret_cast<const volatile int32_t*>(h.orphan_flag) != 0);
   (void)write_timeout_record(rec, h.rank, channel, peer,
                              aborted ? kAbortFlagBase + h.abort_slot : 1);  // NOTE [device abort]
 #if defined(SYMMEM_DEVICE_TRAP_ON_TIMEOUT)

@@ -38,8 +38,7 @@ SYMMEM_DEVICE_INLINE int64_t split_lo(int64_t total, int64_t parts, int64_t i) {
 // unlike dev::record_timeout, a null record is skipped and nothing traps.
 SYMMEM_DEVICE_INLINE void record_timeout(const SyncArgs& s, int channel, int peer_rank) {
   if (s.timeout_record != nullptr) {
-    const bool aborted =
-        s.abort_word != nullptr && *reinterpret_cast<const volatile int32_t*>(s.abort_word) != 0;
+    const bool aborted = dev::Deadline{0}.with_abort(s.abort_word, s.orphan_flag).aborted();
     (void)dev::write_timeout_record(s.timeout_record, s.rank, channel, peer_rank,
                                     aborted ? dev::kAbortFlagBase + s.abort_slot : 1);
   }
@@ -81,9 +80,11 @@ SYMMEM_DEVICE_INLINE void trace_start(const SyncArgs& s) {
 }
 
 // timeout_ns is resolved on the host (timeout_to_ns: never 0), so dev::Deadline::after's
-// default does not apply. The group's abort word ends the waits too (NOTE [device abort]).
+// default does not apply. The group's abort word and this rank's orphan stop flag end the waits
+// too (NOTE [device abort], NOTE [orphan stop flags]).
 SYMMEM_DEVICE_INLINE dev::Deadline deadline_after(const SyncArgs& s) {
-  return dev::Deadline{dev::globaltimer_ns() + s.timeout_ns}.with_abort(s.abort_word);
+  return dev::Deadline{dev::globaltimer_ns() + s.timeout_ns}.with_abort(s.abort_word,
+                                                                        s.orphan_flag);
 }
 
 // ---- epochs and block barriers ---------------------------------------------------------------

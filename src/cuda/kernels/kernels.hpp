@@ -105,6 +105,9 @@ struct SyncArgs {
   int32_t* timeout_record = nullptr;    // DeviceHandle::timeout_record layout, may be null
   int32_t* error_record = nullptr;      // op error record (below), host-mapped, may be null
   const int32_t* abort_word = nullptr;  // the group's (NOTE [device abort]), may be null
+  // This rank's orphan stop flag in the workspace (NOTE [orphan stop flags] in
+  // symmem/device/sync.cuh), may be null.
+  const int32_t* orphan_flag = nullptr;
   int32_t abort_slot = -1;
   // Zero-copy descriptor {send alloc id, send offset, recv alloc id, recv offset} (-1: staged).
   // Barrier kernels publish it before B1 and check after B1 that every rank passed the same
