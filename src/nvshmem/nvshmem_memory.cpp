@@ -91,8 +91,22 @@ void NvshmemMemory::release() noexcept {
   d_pes_ = nullptr;
   if (base_ != nullptr) {
     // nvshmem_free is collective too (it synchronises all PEs): ranks free nvshmem allocations
-    // in the same order, as they allocated them.
-    nvshmem_free(base_);
+    // in the same order, as they allocated them. It has no deadline, so after an abort (a dead
+    // PE, Group::abort, shrink) it could wait forever: the memory is kept until the process
+    // exits instead (docs/reliability.md, nvshmem).
+    bool aborted = true;
+    try {
+      aborted = group_.aborted();
+    } catch (...) {
+    }
+    if (aborted) {
+      SYMMEM_LOG(WARN, ALLOC) << "nvshmem: rank " << rank_
+                              << " keeps an allocation of aborted group '" << group_.name()
+                              << "' until exit (nvshmem_free would wait for "
+                              << "every PE)";
+    } else {
+      nvshmem_free(base_);
+    }
     base_ = nullptr;
   }
 }
