@@ -116,8 +116,9 @@ SYMMEM_API const char* to_string(SignalOp op) noexcept;  // "set", "add"
 SYMMEM_API const char* to_string(Cmp cmp) noexcept;      // "eq", ... "le"
 SYMMEM_API SignalOp parse_signal_op(std::string_view name, std::string_view what = "op");
 SYMMEM_API Cmp parse_cmp(std::string_view name, std::string_view what = "cmp");
-// Whether `v` compares `cmp` to `value` (unsigned).
-inline bool compares(uint32_t v, Cmp cmp, uint32_t value) noexcept {
+// Whether `v` compares `cmp` to `value` (unsigned). constexpr, so that device code compiled with
+// --expt-relaxed-constexpr (the GPU plugins' wait_until kernel) shares it.
+constexpr bool compares(uint32_t v, Cmp cmp, uint32_t value) noexcept {
   switch (cmp) {
     case Cmp::eq:
       return v == value;

@@ -25,24 +25,6 @@ namespace dev = symmem::device;
 constexpr int32_t kResultSeen = 1;   // the comparison held
 constexpr int32_t kResultEnded = 2;  // deadline or abort: the timeout record says which
 
-__device__ bool holds(uint32_t v, int cmp, uint32_t value) {
-  switch (static_cast<Cmp>(cmp)) {
-    case Cmp::eq:
-      return v == value;
-    case Cmp::ne:
-      return v != value;
-    case Cmp::gt:
-      return v > value;
-    case Cmp::ge:
-      return v >= value;
-    case Cmp::lt:
-      return v < value;
-    case Cmp::le:
-      return v <= value;
-  }
-  return false;
-}
-
 __device__ void put_result(int32_t* result, int32_t state, uint32_t seen) {
   if (result == nullptr) return;
   dev::st_v4_volatile(result, make_uint4(static_cast<uint32_t>(state), seen, 0u, 0u));
@@ -71,7 +53,7 @@ __global__ void wait_until_kernel(DeviceHandle h, const uint32_t* target, uint32
   const dev::Deadline deadline = dev::Deadline::of(h);
   while (true) {
     const uint32_t v = dev::load_sys<dev::MemOrder::relaxed>(target);  // NOTE [polling loads]
-    if (holds(v, cmp, value)) {
+    if (compares(v, static_cast<Cmp>(cmp), value)) {
       dev::fence_sys<dev::MemOrder::acquire>();
       put_result(result, kResultSeen, v);
       return;

@@ -18,6 +18,7 @@
 
 #include "gpu_kernels.hpp"
 #include "gpu_test_main.hpp"
+#include "gpu_test_util.hpp"
 #include "symmem/symmem.hpp"
 #include "test_util.hpp"
 
@@ -52,17 +53,6 @@ struct DeviceInt {
     cudaMemcpy(&v, p, sizeof(int), cudaMemcpyDeviceToHost);
     return v;
   }
-};
-
-class Stream {
- public:
-  Stream() { cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking); }
-  ~Stream() { cudaStreamDestroy(s_); }
-  cudaStream_t get() const { return s_; }
-  operator symmem::Stream() const { return s_; }
-
- private:
-  cudaStream_t s_ = nullptr;
 };
 
 TEST(CudaBackend, AllocationBasics) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "gpu_test_main.hpp"
+#include "gpu_test_util.hpp"
 #include "host/reduce.hpp"
 #include "symmem/symmem.hpp"
 #include "test_util.hpp"
@@ -33,29 +34,11 @@ Group g_group;
 int g_device = 0;
 constexpr Millis kTimeout{60000};
 
-#define CUDA_OK(call)                                                          \
-  do {                                                                         \
-    cudaError_t e_ = (call);                                                   \
-    ASSERT_EQ(e_, cudaSuccess) << #call << ": " << cudaGetErrorName(e_) << " " \
-                               << cudaGetErrorString(e_);                      \
-  } while (0)
-
 SymmetricMemory alloc_on(const Group& g, size_t bytes) {
   AllocOptions opt;
   opt.backend = "cuda";
   return allocate(g, bytes, Device::cuda(g_device), opt);
 }
-
-class Stream {
- public:
-  Stream() { cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking); }
-  ~Stream() { cudaStreamDestroy(s_); }
-  cudaStream_t get() const { return s_; }
-  void sync() const { EXPECT_EQ(cudaStreamSynchronize(s_), cudaSuccess); }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
 
 // Ordinary device memory (cudaMalloc), with `skew` bytes of misalignment.
 class DevBuf {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "gpu_test_main.hpp"
+#include "gpu_test_util.hpp"
 #include "symmem/symmem.hpp"
 #include "test_util.hpp"
 
@@ -28,23 +29,6 @@ namespace {
 Group g_group;
 int g_device = 0;
 constexpr Millis kTimeout{60000};
-
-#define CUDA_OK(call)                                                          \
-  do {                                                                         \
-    cudaError_t e_ = (call);                                                   \
-    ASSERT_EQ(e_, cudaSuccess) << #call << ": " << cudaGetErrorName(e_) << " " \
-                               << cudaGetErrorString(e_);                      \
-  } while (0)
-
-class Stream {
- public:
-  Stream() { cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking); }
-  ~Stream() { cudaStreamDestroy(s_); }
-  cudaStream_t get() const { return s_; }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
 
 OpOptions opts(cudaStream_t s) {
   OpOptions o;
