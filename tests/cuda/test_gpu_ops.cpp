@@ -940,7 +940,14 @@ TEST(GpuOps, GraphCaptureAndReplay) {
   s.sync();
   cudaGraph_t graph = nullptr;
   CUDA_OK(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeThreadLocal));
-  run_ops();
+  try {
+    run_ops();
+  } catch (const std::exception& e) {
+    // End the capture before the buffers' destructors run (they synchronise the device).
+    (void)cudaStreamEndCapture(s.get(), &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    FAIL() << "an op under capture failed: " << e.what();
+  }
   CUDA_OK(cudaStreamEndCapture(s.get(), &graph));
   cudaGraphExec_t exec = nullptr;
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
