@@ -23,9 +23,11 @@
 //     recorded on its stream, and the stream and its capture sequence are noted;
 //   - an op on another stream (or in another capture state) first orders itself after that
 //     event: an eager op after an eager one makes its stream wait for the event
-//     (cudaStreamWaitEvent: the device waits, the host does not); an op being captured after an
-//     eager one waits on the host for the event (cudaEventSynchronize; a graph cannot depend on
-//     work outside it, and by the time the graph can be launched the eager op is done); an op
+//     (cudaStreamWaitEvent: the device waits, the host does not); an op being captured on
+//     another stream than an eager one before it waits on the host for the event
+//     (cudaEventSynchronize; a graph cannot depend on work outside it, and by the time the graph
+//     can be launched the eager op is done), one captured on the same stream calls nothing (a
+//     graph of a stream is launched after what that stream ran before); an op
 //     captured in the same capture sequence as the previous one (another stream forked into it)
 //     waits for the event inside the graph; after an op captured in another sequence nothing is
 //     done (that op runs when its graph is launched, which the caller orders, as for any graph).
@@ -1085,10 +1087,12 @@ Process::GroupOrder& order_after_last(const Call& c) {
   if (o->capture_id == 0) {
     if (!c.capturing) {
       SYMMEM_GK_CHECK(c, cudaStreamWaitEvent(c.stream, o->event, 0));
-    } else {
+    } else if (o->stream_id != c.stream_id) {
       RelaxedCaptureMode relaxed;
       SYMMEM_GK_CHECK(c, cudaEventSynchronize(o->event));
     }
+    // Captured on the stream of the eager op before it: no call at all inside the capture; the
+    // graph is launched after that op on that stream (or after the caller synchronised it).
   } else if (c.capturing && c.capture_id == o->capture_id) {
     SYMMEM_GK_CHECK(c, cudaStreamWaitEvent(c.stream, o->event, 0));
   }
