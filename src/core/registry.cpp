@@ -40,13 +40,15 @@ DeviceHandle BackendMemory::device_handle(size_t /*offset*/, size_t length) cons
 }
 
 void BackendMemory::signal_op(int, size_t, uint32_t, SignalOp, Stream) {
-  throw_error(ErrorCode::Unsupported, "signal_op", -1,
-              "this backend has no signal_op yet; the host and cuda backends have it");
+  throw_error(
+      ErrorCode::Unsupported, "signal_op", -1,
+      "this backend has no signal_op yet; the host, cuda, nccl and nvshmem backends have it");
 }
 
 uint32_t BackendMemory::wait_until(size_t, Cmp, uint32_t, Millis, Stream) {
-  throw_error(ErrorCode::Unsupported, "wait_until", -1,
-              "this backend has no wait_until yet; the host and cuda backends have it");
+  throw_error(
+      ErrorCode::Unsupported, "wait_until", -1,
+      "this backend has no wait_until yet; the host, cuda, nccl and nvshmem backends have it");
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #include "core/log.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_sync.hpp"
+#include "cuda/signals.hpp"
 #include "cuda/timeout_record.hpp"
 #include "nccl/nccl_util.hpp"
 
@@ -185,6 +186,19 @@ void NcclMemory::wait_signal(int src, int channel, Millis timeout, Stream stream
                                         "across hosts");
   cuda::run_device_sync(cuda::SyncKind::wait_signal, device_handle(0, bytes_), src, channel,
                         timeout, stream, device_);
+}
+
+void NcclMemory::signal_op(int peer, size_t slot, uint32_t value, SignalOp op, Stream stream) {
+  uint32_t* pad = signal_pad(peer);  // the core checked peer and slot; null: not addressable
+  cuda::device_signal_op(device_handle(0, bytes_), pad != nullptr ? pad + slot : nullptr, peer,
+                         slot, value, op, stream, device_);
+}
+
+uint32_t NcclMemory::wait_until(size_t slot, Cmp cmp, uint32_t value, Millis timeout,
+                                Stream stream) {
+  uint32_t* pad = signal_pad(rank_);
+  return cuda::device_wait_until(device_handle(0, bytes_), pad != nullptr ? pad + slot : nullptr,
+                                 slot, cmp, value, timeout, stream, device_);
 }
 
 }  // namespace symmem::nccl

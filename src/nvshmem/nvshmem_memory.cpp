@@ -6,6 +6,7 @@
 #include "core/check.hpp"
 #include "core/log.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/signals.hpp"
 #include "cuda/timeout_record.hpp"
 #include "nvshmem/nvshmem_runtime.hpp"
 
@@ -196,6 +197,19 @@ void NvshmemMemory::wait_signal(int src, int channel, Millis timeout, Stream str
   NvSync s = nv_sync(0, bytes_, timeout);
   run_sync(op, rank_, device_, stream,
            [&](cudaStream_t st) { launch_wait_signal(s, src, channel, st, op); });
+}
+
+void NvshmemMemory::signal_op(int peer, size_t slot, uint32_t value, SignalOp op, Stream stream) {
+  uint32_t* pad = signal_pad(peer);  // the core checked peer and slot; null: not addressable
+  cuda::device_signal_op(device_handle(0, bytes_), pad != nullptr ? pad + slot : nullptr, peer,
+                         slot, value, op, stream, device_);
+}
+
+uint32_t NvshmemMemory::wait_until(size_t slot, Cmp cmp, uint32_t value, Millis timeout,
+                                   Stream stream) {
+  uint32_t* pad = signal_pad(rank_);
+  return cuda::device_wait_until(device_handle(0, bytes_), pad != nullptr ? pad + slot : nullptr,
+                                 slot, cmp, value, timeout, stream, device_);
 }
 
 }  // namespace symmem::nvshm

@@ -49,6 +49,10 @@ class NvshmemMemory final : public BackendMemory {
   void put_signal(int dst, int channel, Millis timeout, Stream stream) override;
   void wait_signal(int src, int channel, Millis timeout, Stream stream) override;
   DeviceHandle device_handle(size_t offset, size_t length) const override;
+  // NVSHMEM-style signals on directly addressable pads, by the cuda backend's kernels (NOTE
+  // [GPU signals] in src/cuda/signals.hpp).
+  void signal_op(int peer, size_t slot, uint32_t value, SignalOp op, Stream stream) override;
+  uint32_t wait_until(size_t slot, Cmp cmp, uint32_t value, Millis timeout, Stream stream) override;
 
   // For the ops: the sync view of [offset, offset+length).
   NvSync nv_sync(size_t offset, size_t length, Millis timeout) const;
