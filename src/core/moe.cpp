@@ -803,7 +803,8 @@ size_t align_up(size_t n, size_t a) {
 char* moe_scratch(const MoeLayout::Impl& l, const OpOptions& o, size_t bytes, const char* op) {
   SymmetricMemory s = group_scratch(l.group, l.device, bytes, "moe", false);
   if (!s.valid()) {
-    if (l.gpu->api->capturing(op, l.rank, l.device.index, o.stream))
+    // (moe_api: a layout routed on the device has no GpuIndex, l.gpu is null there.)
+    if (moe_api(op, l.rank)->capturing(op, l.rank, l.device.index, o.stream))
       throw_invalid_argument(op, l.rank, "stream",
                              "is being captured into a CUDA graph, but this MoE call needs its "
                              "exchange buffers grown (to " +
