@@ -23,11 +23,10 @@
 //     recorded on its stream, and the stream and its capture sequence are noted;
 //   - an op on another stream (or in another capture state) first orders itself after that
 //     event: an eager op after an eager one makes its stream wait for the event
-//     (cudaStreamWaitEvent: the device waits, the host does not); an op being captured on
-//     another stream than an eager one before it waits on the host for the event
-//     (cudaEventSynchronize; a graph cannot depend on work outside it, and by the time the graph
-//     can be launched the eager op is done), one captured on the same stream calls nothing (a
-//     graph of a stream is launched after what that stream ran before); an op
+//     (cudaStreamWaitEvent: the device waits, the host does not); an op being captured after an
+//     eager one calls nothing (no synchronising call is permitted inside a capture, and a graph
+//     cannot depend on work outside it): the caller launches the graph after that op, on its
+//     stream or after synchronising it, as for any graph; an op
 //     captured in the same capture sequence as the previous one (another stream forked into it)
 //     waits for the event inside the graph; after an op captured in another sequence nothing is
 //     done (that op runs when its graph is launched, which the caller orders, as for any graph).
@@ -304,7 +303,15 @@ Call make_call(const OpArgs& a) {
   SYMMEM_GK_CHECK(c, cudaStreamGetCaptureInfo(c.stream, &status, &capture_id));
   c.capturing = status != cudaStreamCaptureStatusNone;
   c.capture_id = c.capturing ? capture_id : 0;
-  SYMMEM_GK_CHECK(c, cudaStreamGetId(c.stream, &c.stream_id));
+  if (c.capturing) {
+    // cudaStreamGetId is refused inside a capture (seen on the H100); a captured stream cannot be
+    // destroyed before its capture ends, so its handle names it for the capture's duration (bit
+    // 63 keeps these apart from cudaStreamGetId's ids; NOTE [stream order]).
+    c.stream_id =
+        static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(c.stream)) | (1ull << 63);
+  } else {
+    SYMMEM_GK_CHECK(c, cudaStreamGetId(c.stream, &c.stream_id));
+  }
   // Ranks sharing one GPU share its SMs (NOTE in tuning.hpp).
   const int sms = sm_count(c, a.device.index);
   const int devices = std::max(1, proc().device_count);
@@ -1085,14 +1092,9 @@ Process::GroupOrder& order_after_last(const Call& c) {
   }
   if (!o->recorded || (o->stream_id == c.stream_id && o->capture_id == c.capture_id)) return *o;
   if (o->capture_id == 0) {
-    if (!c.capturing) {
-      SYMMEM_GK_CHECK(c, cudaStreamWaitEvent(c.stream, o->event, 0));
-    } else if (o->stream_id != c.stream_id) {
-      RelaxedCaptureMode relaxed;
-      SYMMEM_GK_CHECK(c, cudaEventSynchronize(o->event));
-    }
-    // Captured on the stream of the eager op before it: no call at all inside the capture; the
-    // graph is launched after that op on that stream (or after the caller synchronised it).
+    // Captured after an eager op: nothing is called inside the capture (a graph cannot depend
+    // on work outside it); the caller launches the graph after that op, as for any graph.
+    if (!c.capturing) SYMMEM_GK_CHECK(c, cudaStreamWaitEvent(c.stream, o->event, 0));
   } else if (c.capturing && c.capture_id == o->capture_id) {
     SYMMEM_GK_CHECK(c, cudaStreamWaitEvent(c.stream, o->event, 0));
   }

@@ -179,8 +179,10 @@ TEST(GpuStreams, CaptureOnASideStreamAfterEagerOps) {
   CUDA_OK(cudaStreamEndCapture(side.get(), &graph));
   cudaGraphExec_t exec = nullptr;
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  // A graph is launched after the group's eager ops (the caller's part: nothing can wait inside
+  // the capture for work outside it, NOTE [stream order]); its replay is ordered by its stream.
+  CUDA_OK(cudaStreamSynchronize(a.get()));
   CUDA_OK(cudaGraphLaunch(exec, side.get()));
-  // A graph's replay is ordered by the stream it is launched on (the caller's part).
   CUDA_OK(cudaStreamSynchronize(side.get()));
   ops.run(3, a.get());
   CUDA_OK(cudaStreamSynchronize(a.get()));
