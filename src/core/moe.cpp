@@ -294,16 +294,9 @@ size_t MoeLayout::expert_offset(int e) const {
 
 namespace {
 
-// The checked arguments of a layout and where each token goes (no communication).
-std::shared_ptr<MoeLayout::Impl> route(const char* op, const void* topk_idx, DType idx_dtype,
-                                       size_t tokens, int topk, int num_experts, const Group& group,
-                                       const MoeOptions& options) {
-  if (!group.valid()) throw_invalid_argument(op, -1, "group", "is not a valid group");
-  auto l = std::make_shared<MoeLayout::Impl>();
-  l->group = group;
-  l->world = group.world_size();
-  l->rank = group.rank();
-  const int rank = l->rank, world = l->world;
+// The arguments every layout checks alike (host-routed or routed on the device).
+void check_layout_args(const char* op, int rank, int world, int topk, int num_experts,
+                       DType idx_dtype) {
   if (topk < 1)
     throw_invalid_argument(op, rank, "topk", "= " + std::to_string(topk) + " must be >= 1");
   if (num_experts < 1 || num_experts % world != 0)
@@ -315,6 +308,28 @@ std::shared_ptr<MoeLayout::Impl> route(const char* op, const void* topk_idx, DTy
     throw_invalid_argument(
         op, rank, "topk_idx",
         std::string("has dtype ") + dtype_info(idx_dtype).name + "; it takes int32 or int64");
+}
+
+// low_latency: every rank's slab holds max_tokens tokens.
+void check_max_tokens(const char* op, int rank, size_t tokens, size_t max_tokens) {
+  if (max_tokens == 0 || tokens > max_tokens)
+    throw_invalid_argument(op, rank, "max_tokens",
+                           "= " + std::to_string(max_tokens) +
+                               ": low_latency needs max_tokens >= tokens (" +
+                               std::to_string(tokens) + ") and > 0");
+}
+
+// The checked arguments of a layout and where each token goes (no communication).
+std::shared_ptr<MoeLayout::Impl> route(const char* op, const void* topk_idx, DType idx_dtype,
+                                       size_t tokens, int topk, int num_experts, const Group& group,
+                                       const MoeOptions& options) {
+  if (!group.valid()) throw_invalid_argument(op, -1, "group", "is not a valid group");
+  auto l = std::make_shared<MoeLayout::Impl>();
+  l->group = group;
+  l->world = group.world_size();
+  l->rank = group.rank();
+  const int rank = l->rank, world = l->world;
+  check_layout_args(op, rank, world, topk, num_experts, idx_dtype);
   if (tokens > 0 && topk_idx == nullptr) throw_invalid_argument(op, rank, "topk_idx", "is null");
   l->mode = options.mode;
   l->experts = num_experts;
@@ -322,11 +337,7 @@ std::shared_ptr<MoeLayout::Impl> route(const char* op, const void* topk_idx, DTy
   l->k = topk;
   l->tokens = tokens;
   if (options.mode == MoeMode::low_latency) {
-    if (options.max_tokens == 0 || tokens > options.max_tokens)
-      throw_invalid_argument(op, rank, "max_tokens",
-                             "= " + std::to_string(options.max_tokens) +
-                                 ": low_latency needs max_tokens >= tokens (" +
-                                 std::to_string(tokens) + ") and > 0");
+    check_max_tokens(op, rank, tokens, options.max_tokens);
     l->max_tokens = options.max_tokens;
   }
   const size_t k = static_cast<size_t>(topk);
@@ -460,22 +471,8 @@ MoeLayout device_layout(const char* op, const void* topk_idx, DType idx_dtype, s
     if (options.mode != MoeMode::low_latency || !device.is_cuda())
       throw_invalid_argument(op, rank, "options.device_layout",
                              "needs mode low_latency and a GPU device (options.device)");
-    if (topk < 1)
-      throw_invalid_argument(op, rank, "topk", "= " + std::to_string(topk) + " must be >= 1");
-    if (num_experts < 1 || num_experts % world != 0)
-      throw_invalid_argument(op, rank, "num_experts",
-                             "= " + std::to_string(num_experts) +
-                                 " must be a positive multiple of the world size " +
-                                 std::to_string(world));
-    if (idx_dtype != DType::i32 && idx_dtype != DType::i64)
-      throw_invalid_argument(
-          op, rank, "topk_idx",
-          std::string("has dtype ") + dtype_info(idx_dtype).name + "; it takes int32 or int64");
-    if (options.max_tokens == 0 || tokens > options.max_tokens)
-      throw_invalid_argument(op, rank, "max_tokens",
-                             "= " + std::to_string(options.max_tokens) +
-                                 ": low_latency needs max_tokens >= tokens (" +
-                                 std::to_string(tokens) + ") and > 0");
+    check_layout_args(op, rank, world, topk, num_experts, idx_dtype);
+    check_max_tokens(op, rank, tokens, options.max_tokens);
     const size_t slab = options.max_tokens * static_cast<size_t>(world);
     if (slab > static_cast<size_t>(INT32_MAX) ||
         options.max_tokens * static_cast<size_t>(topk) > static_cast<size_t>(INT32_MAX))
