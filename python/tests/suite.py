@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import symmem
+from gpu_group import use_rank_gpu
 
 DEVICE = os.environ.get("SYMMEM_TEST_DEVICE", "cpu")
 
@@ -36,13 +37,7 @@ class Suite:
             torch = pytest.importorskip("torch", reason="the cuda suite moves data with torch")
             if not torch.cuda.is_available():
                 pytest.skip("no CUDA GPU")
-            count = torch.cuda.device_count()
-            shared = os.environ.get("SYMMEM_ALLOW_SHARED_GPU", "0") not in ("0", "")
-            if count < g.local_world_size and not shared:
-                pytest.skip(f"needs {g.local_world_size} CUDA GPUs (or SYMMEM_ALLOW_SHARED_GPU=1)")
-            index = g.local_rank % count
-            torch.cuda.set_device(index)
-            torch.zeros(1, device="cuda")  # torch's context current before symmem allocates
+            index = use_rank_gpu(torch, g)
             self.torch = torch
             self.device = f"cuda:{index}"
         else:

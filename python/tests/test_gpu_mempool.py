@@ -12,6 +12,7 @@ if "SYMMEM_WORLD_SIZE" not in os.environ and "WORLD_SIZE" not in os.environ:
 torch = pytest.importorskip("torch", reason="torch is not installed")
 
 import symmem  # noqa: E402
+from gpu_group import gpu_group  # noqa: E402
 import symmem.torch  # noqa: E402
 import symmem.torch.symm_mem as symm_mem  # noqa: E402
 
@@ -22,15 +23,7 @@ def g():
         pytest.skip("no CUDA GPU")
     if not hasattr(torch.cuda, "use_mem_pool"):
         pytest.skip(f"torch {torch.__version__} has no torch.cuda.use_mem_pool")
-    group = symmem.Group.from_env()
-    if group.world_size != 2:
-        pytest.skip(f"needs 2 ranks, has {group.world_size}")
-    count = torch.cuda.device_count()
-    if count < group.local_world_size and os.environ.get("SYMMEM_ALLOW_SHARED_GPU", "0") in ("0", ""):
-        pytest.skip(f"needs {group.local_world_size} CUDA GPUs (or SYMMEM_ALLOW_SHARED_GPU=1)")
-    torch.cuda.set_device(group.local_rank % count)
-    torch.zeros(1, device="cuda")  # torch's context current before symmem allocates
-    return group
+    return gpu_group(torch, world_size=2)
 
 
 def test_tensors_in_the_pool_are_symmetric(g):

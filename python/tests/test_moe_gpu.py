@@ -12,19 +12,12 @@ if "SYMMEM_WORLD_SIZE" not in os.environ:
 torch = pytest.importorskip("torch", reason="torch is not installed")
 
 import symmem  # noqa: E402
+from gpu_group import gpu_group  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def g():
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU")
-    group = symmem.Group.from_env()
-    count = torch.cuda.device_count()
-    if count < group.local_world_size and os.environ.get("SYMMEM_ALLOW_SHARED_GPU", "0") in ("0", ""):
-        pytest.skip(f"needs {group.local_world_size} CUDA GPUs (or SYMMEM_ALLOW_SHARED_GPU=1)")
-    torch.cuda.set_device(group.local_rank % count)
-    torch.zeros(1, device="cuda")  # torch's context current before symmem allocates
-    return group
+    return gpu_group(torch)
 
 
 def routing(me, tokens, k, experts, seed, drop=0.0):
