@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "symmem/device_handle.hpp"
+#include "symmem/error.hpp"
 #include "symmem/export.hpp"
 #include "symmem/group.hpp"
 #include "symmem/memory.hpp"
@@ -159,6 +160,14 @@ class SYMMEM_API Backend {
 // documents; returns when there is nothing.
 inline constexpr const char* kRaiseAsyncErrorExtension = "raise_async_error";
 using RaiseAsyncErrorFn = void (*)(const Group& group, const char* op);
+// "refuse_op": void (*)(const OpArgs& args, ErrorCode code) noexcept: the core calls it when a
+// rank of a GPU group refuses a collective or barrier (its arguments failed the core's checks
+// with `code`; args holds what the rank passed, possibly bad) before throwing that error, so
+// that the backend tells the peers, whose kernels already wait for this rank, on the device
+// (NOTE [refused ops] in src/cuda/kernels/refuse.cu). Never throws; does nothing where the
+// backend cannot reach the peers' kernels.
+inline constexpr const char* kRefuseOpExtension = "refuse_op";
+using RefuseOpFn = void (*)(const OpArgs& args, ErrorCode code) noexcept;
 // "tuning_signature": int (*)(const Group& group, int device, char* buf, size_t len): writes the
 // machine signature that the backend's tuning entries are keyed by (NOTE [tuning file] in
 // src/core/tuning.hpp) for `group`'s ranks on `device`, NUL-terminated, into buf; returns its

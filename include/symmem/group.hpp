@@ -99,10 +99,12 @@ class SYMMEM_API Group {
   // The error query of stream-ordered GPU ops (docs/design.md, "Stream-ordered errors"; what
   // NCCL's ncclCommGetAsyncError is to a communicator): raises, without waiting, an error that
   // the device found after a GPU op of this process returned -- a wait past its deadline
-  // (Timeout), all_to_all_v's device-side checks (InvalidArgument), a wait stopped by an abort
-  // (the group's Aborted/PeerFailure) -- and this group's abort error; returns when there is
-  // none so far. Synchronise the stream first to cover every op enqueued on it. The error is
-  // raised once (this call or the next op, whichever comes first).
+  // (Timeout), an argument error found on the device (InvalidArgument: all_to_all_v's counts,
+  // zero-copy buffers that differ, a peer that refused the op's arguments, naming it), a wait
+  // stopped by an abort (the group's Aborted/PeerFailure) -- and this group's abort error;
+  // returns when there is none so far. Synchronise the stream first to cover every op enqueued
+  // on it. The error is raised once: by this call or a synchronising call (a null-stream
+  // barrier), whichever comes first; a timeout also by the next op.
   void check_async_error() const;
   // The ranks of this group (sorted) whose process is known to be gone: a rank on this host
   // whose process ended (or was replaced by another with its pid), or a rank the launcher

@@ -225,7 +225,7 @@ class Group:
 
     def check_async_error(self) -> None:
         """
-        Raises, without waiting, an error the device found after a GPU op of this process returned (a wait past its deadline: Timeout; all_to_all_v's checks: InvalidArgument; a wait stopped by an abort), or this group's abort error; returns None when there is none so far. Synchronise the stream first to cover every op enqueued on it (as NCCL's ncclCommGetAsyncError).
+        Raises, without waiting, an error the device found after a GPU op of this process returned (a wait past its deadline: Timeout; an argument error found on the device, such as all_to_all_v's counts or a peer that refused its arguments to an op: InvalidArgument naming the rank; a wait stopped by an abort), or this group's abort error; returns None when there is none so far. Synchronise the stream first to cover every op enqueued on it (as NCCL's ncclCommGetAsyncError).
         """
 
     def failed_ranks(self) -> list[int]:

@@ -13,8 +13,15 @@
 // Descriptors alternate between two slots by op sequence parity: the slot of op k is rewritten
 // at op k+2, which no rank can reach before every rank has passed op k+1's barrier (after
 // reading op k's descriptors).
-// GPU groups skip the agreement (their ops are enqueued on streams); their ranks check their own
-// arguments only.
+// GPU groups skip the agreement (their ops are enqueued on streams, and a host meeting would
+// cost every op a round trip); their ranks check their own arguments only. A rank that refuses
+// its arguments throws at the call and tells its peers on the device instead (NOTE [refused
+// ops] in src/cuda/kernels/refuse.cu): their kernels, already enqueued, see the refusal, move
+// nothing, and their next synchronising call (or Group::check_async_error) raises
+// InvalidArgument (the refusing rank's code) naming the refusing rank. Ranks that pass
+// different but individually valid arguments are not compared on the GPU (the caller's error,
+// as in NCCL), except for zero-copy buffers on the barrier kernels (NOTE [zero-copy agreement]
+// in src/cuda/cuda_ops.cu).
 
 #include <algorithm>
 #include <chrono>
@@ -298,8 +305,8 @@ std::string unsupported(const std::string& backend, const OpInfo& info, DType dt
   return out;
 }
 
-// Picks the device and backend (see ops.hpp) and checks the backend can do the op.
-void resolve_backend_for(Call& c, const std::optional<Device>& requested) {
+// Picks the op's device (see ops.hpp).
+void resolve_device(Call& c, const std::optional<Device>& requested) {
   if (requested) {
     c.device = *requested;
   } else if (c.send_sym.valid()) {
@@ -311,6 +318,11 @@ void resolve_backend_for(Call& c, const std::optional<Device>& requested) {
     const int last = c.group->impl()->last_alloc_device.load();
     c.device = last >= 0 ? Device::cuda(last) : Device::cpu();
   }
+}
+
+// Picks the device and backend (see ops.hpp) and checks the backend can do the op.
+void resolve_backend_for(Call& c, const std::optional<Device>& requested) {
+  resolve_device(c, requested);
   if (c.device.type != DeviceType::cpu && c.device.type != DeviceType::cuda)
     fail_arg(c.op, c.rank, "device", "has an unknown type");
   // A symmetric buffer on the op's device names its backend object (no lookup by name).
@@ -648,6 +660,22 @@ SymmetricMemory agree(Call& c, uint64_t seq, const LocalError& err) {
   return ws;
 }
 
+// NOTE [refused ops] (src/cuda/kernels/refuse.cu): a rank of a GPU group that refuses an op
+// (its own arguments were bad: `code`) tells its peers on the device, through the backend that
+// would have run the op, whose kernels already wait for it. c.device is resolved; c.backend may
+// be unknown yet (the checks failed before it was chosen). Never throws: the caller throws the
+// rank's own error next.
+void refuse_on_device(Call& c, const OpOptions& o, ErrorCode code) noexcept {
+  try {
+    if (c.world <= 1 || !c.device.is_cuda()) return;
+    if (!c.backend) c.backend = get_backend(detail::backend_for(*c.group, c.device));
+    auto fn = reinterpret_cast<RefuseOpFn>(c.backend->extension(kRefuseOpExtension));
+    if (fn == nullptr) return;
+    fn(make_args(c, o), code);
+  } catch (...) {
+  }
+}
+
 // Runs a collective: local checks (in `check`), agreement, backend run.
 // The checks every collective shares, from its row: the dtype, the reduction argument, the
 // count's byte size and, for ops whose buffers are whole blocks, both buffers and the in-place
@@ -789,6 +817,14 @@ void run_collective_traced(Call& c, const OpOptions& o, Check& check, detail::Tr
   } catch (const ArgFailure& f) {
     err.code = f.error.code();
     err.message = f.error.what();
+    // The device the op would have run on, as on the ranks whose checks passed: it decides
+    // between the agreement and a refusal on the device.
+    if (!c.backend) {
+      try {
+        resolve_device(c, o.device);
+      } catch (const ArgFailure&) {
+      }
+    }
   }
   const bool agreement = c.world > 1 && !c.device.is_cuda();
   if (c.info.must_agree(op_table::algo) && c.algo == Algo::automatic) c.algo = forced_algo();
@@ -798,6 +834,7 @@ void run_collective_traced(Call& c, const OpOptions& o, Check& check, detail::Tr
   if (agreement) {
     ws = agree(c, seq, err);
   } else if (err.set()) {
+    refuse_on_device(c, o, err.code);  // NOTE [refused ops]
     throw Error(err.code, err.message);
   }
   if (c.inline_data) {  // NOTE [inline all-reduce]: the inputs came with the descriptors
@@ -1172,9 +1209,17 @@ void barrier(const Group& group, const OpOptions& options) {
   if (trace.active()) trace.begin(trace_op(c));
   try {
     try {
+      c.timeout = detail::resolve_timeout(kDefaultTimeout);  // until checked
       c.timeout = op_timeout(c.op, c.rank, options.timeout);
       resolve_backend_for(c, options.device);
     } catch (const ArgFailure& f) {
+      if (!c.backend) {
+        try {
+          resolve_device(c, options.device);
+        } catch (const ArgFailure&) {
+        }
+      }
+      refuse_on_device(c, options, f.error.code());  // NOTE [refused ops]
       throw f.error;
     }
     OpArgs args = make_args(c, options);

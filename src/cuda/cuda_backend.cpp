@@ -54,10 +54,12 @@ class CudaBackend final : public Backend {
     return CudaMemory::create(group, info);
   }
 
-  // Entry points for the core and tools (Backend::extension): the async error query, the
-  // tuning signature, and the MoE dispatch/combine kernels (src/core/moe_device.hpp).
+  // Entry points for the core and tools (Backend::extension): the async error query, refused
+  // ops (NOTE [refused ops]), the tuning signature, and the MoE dispatch/combine kernels
+  // (src/core/moe_device.hpp).
   void* extension(const std::string& name) override {
     if (name == kRaiseAsyncErrorExtension) return reinterpret_cast<void*>(&cuda_raise_async_errors);
+    if (name == kRefuseOpExtension) return reinterpret_cast<void*>(&cuda_refuse_op);
     if (name == kTuningSignatureExtension) return reinterpret_cast<void*>(&cuda_tuning_signature);
     if (name == detail::kMoeDeviceExtension)
       return const_cast<detail::MoeDeviceApi*>(moe_device_api());
@@ -69,8 +71,9 @@ class CudaBackend final : public Backend {
     const AbortSlot abort = args.group != nullptr ? abort_slot(*args.group) : AbortSlot{};
     raise_device_timeout(to_string(args.kind), rank, abort.slot);  // NOTE [timeout record]
     cuda_run_op(args);
-    // A barrier on the null stream is synchronous, like SymmetricMemory::barrier there: its
-    // device-side timeout (a peer that never came) is this call's error (docs/design.md,
+    // A barrier on the null stream is synchronous, like SymmetricMemory::barrier there: after
+    // its own work it raises its device-side timeout (a peer that never came) and what the
+    // device found in earlier ops (NOTE [device-detected errors]; docs/design.md,
     // "Stream-ordered errors"). Other ops stay asynchronous.
     if (args.kind == OpKind::barrier && args.stream == nullptr) {
       DeviceGuard guard(args.device.index);

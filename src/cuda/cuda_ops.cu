@@ -9,9 +9,11 @@
 // or writes peers' user buffers needs every rank to have decided the same way, at the same
 // offset of the same allocation: every barrier kernel publishes {alloc id, offset} of what it
 // uses zero-copy and checks after its first barrier that all ranks published the same. On a
-// mismatch no rank moves data and the op error record is set; the next op on this process
-// throws InvalidArgument naming the rank that differs. Pass the same kind of buffer on every
-// rank (symmetric at the same offset, or ordinary memory everywhere).
+// mismatch no rank moves data and the op error record is set; the next synchronising call or
+// Group::check_async_error() throws InvalidArgument naming the rank that differs (NOTE
+// [device-detected errors]). Pass the same kind of buffer on every rank (symmetric at the same
+// offset, or ordinary memory everywhere). The same descriptor check carries a refused op to
+// the barrier kernels (NOTE [refused ops] in kernels/refuse.cu).
 //
 // NOTE [stream order]
 // Every kernel of a group's workspace reads the workspace epoch when it starts and the last of
@@ -35,12 +37,20 @@
 // comparison and one cudaEventRecord.
 //
 // NOTE [device-detected errors]
-// all_to_all_v counts live in device memory, so their checks (capacity, negative counts,
-// MPI-style count agreement) run on the device and fill a host-mapped op error record (a
-// device record, NOTE [device records] in symmem/device/sync.cuh, like the timeout record).
-// Every rank records the same error (NOTE [all_to_all_v]) and nothing moves. Like a
-// device-side timeout, it is raised as an InvalidArgument by the next op of this process.
-// Synchronise the stream before relying on the outputs.
+// Some argument errors are found by the kernels: all_to_all_v's counts live in device memory,
+// so their checks (capacity, negative counts, MPI-style count agreement) run on the device;
+// the barrier kernels compare zero-copy descriptors (NOTE [zero-copy agreement]); and a peer's
+// refusal reaches the kernels that wait for it (NOTE [refused ops] in kernels/refuse.cu). They
+// fill a host-mapped op error record (a device record, NOTE [device records] in
+// symmem/device/sync.cuh, like the timeout record); nothing moves, and all_to_all_v's errors are
+// recorded alike by every rank (NOTE [all_to_all_v]). The record is raised, as the host backend's
+// error of the same op would be, by the calls that synchronise after their own work -- the
+// group barrier and SymmetricMemory::barrier/put_signal/wait_signal on the null stream
+// (synchronize_and_raise), nvshmem's synchronous ops -- and by Group::check_async_error()
+// (synchronise the stream first). Never by an asynchronous op before it launches: ranks read the
+// record at different moments, so one rank could throw (launching nothing) while its peer
+// launched, and the peer's kernel would wait for nothing. (Device-side timeouts are still raised
+// before the next launch: a timed-out group is out of step anyway.)
 
 #include "cuda/cuda_ops.hpp"
 
@@ -133,10 +143,16 @@ struct Process {
   std::unordered_map<const symmem::BackendMemory*, WsState> ws;
   // The latest workspace seen per group (Group::Impl), to refuse growth during capture before
   // the core would try to allocate.
+  // Also what a refused op (NOTE [refused ops]) needs of it, so that it takes no part in an
+  // allocation: the peers' control and LL regions, the records and the device.
   struct GroupWs {
     std::weak_ptr<symmem::BackendMemory> mem;
     size_t bytes = 0;
     char* local = nullptr;
+    K::PeerPtrs ctrl, ll;
+    int32_t* timeout_record = nullptr;
+    const int32_t* orphan_flag = nullptr;
+    int device = -1;
   };
   std::unordered_map<const void*, GroupWs> group_ws;
   // NOTE [stream order]: per group (Group::Impl), where its last op went. Entries of groups that
@@ -175,6 +191,8 @@ Process& proc() {
   return *p;
 }
 
+constexpr size_t kWidestElement = 16;  // bytes: complex128, the widest row of the dtype table
+
 // One op call.
 struct Call {
   const OpArgs& a;
@@ -188,6 +206,9 @@ struct Call {
   bool capturing;
   unsigned long long capture_id;  // of the capture sequence when capturing, else 0
   unsigned long long stream_id;   // cudaStreamGetId (unique in the process; NOTE [stream order])
+  // The op's kernel was enqueued (check_launch): from then on it is not refused (NOTE [refused
+  // ops] in kernels/refuse.cu).
+  mutable bool launched = false;
 };
 
 const char* op_error_name(K::OpErrorCode code) {
@@ -200,13 +221,17 @@ const char* op_error_name(K::OpErrorCode code) {
       return "negative_count";
     case K::OpErrorCode::zero_copy_mismatch:
       return "zero_copy_mismatch";
+    case K::OpErrorCode::peer_refused:
+      return "peer_refused";
     default:
       return "unknown";
   }
 }
 
+}  // namespace
+
 // Raises (and clears) a device-detected error of an earlier op (NOTE [device-detected errors]).
-void raise_op_error(const char* op, int rank) {
+void cuda_raise_op_error(std::string_view op, int rank) {
   int32_t* rec = proc().op_error;
   if (rec == nullptr) return;
   volatile int32_t* v = rec;
@@ -224,6 +249,21 @@ void raise_op_error(const char* op, int rank) {
   for (int i = 1; i < K::kOpErrorRecordInts; ++i) v[i] = 0;
   std::atomic_thread_fence(std::memory_order_seq_cst);
   v[0] = 0;
+  if (code == K::OpErrorCode::peer_refused) {
+    // NOTE [refused ops]: `who` threw its own error (ErrorCode vb) at the call; its peers raise
+    // this one, of the same code, as the host agreement's peers do.
+    const bool known_op = va >= 0 && va < static_cast<int64_t>(OpKind::kCount);
+    const std::string refused = known_op ? symmem::to_string(static_cast<OpKind>(va)) : "an op";
+    const ErrorCode ec = vb >= static_cast<int64_t>(ErrorCode::InvalidArgument) &&
+                                 vb <= static_cast<int64_t>(ErrorCode::Aborted)
+                             ? static_cast<ErrorCode>(vb)
+                             : ErrorCode::InvalidArgument;
+    symmem::throw_error(ec, op, rank,
+                        "an earlier GPU op was refused by rank " + std::to_string(who) + ": " +
+                            refused + ": rank " + std::to_string(who) +
+                            " refused its arguments to this op (its own error names the "
+                            "argument); no rank moved any data");
+  }
   std::ostringstream os;
   os << "an earlier GPU op failed a device-side check (" << op_error_name(code) << ") on rank "
      << who << ": ";
@@ -269,6 +309,8 @@ void raise_op_error(const char* op, int rank) {
   symmem::throw_error(ErrorCode::InvalidArgument, op, rank, os.str());
 }
 
+namespace {
+
 int sm_count(const Call& c, int device) {
   Process& P = proc();
   std::lock_guard<std::mutex> lock(P.mu);
@@ -296,7 +338,12 @@ Call make_call(const OpArgs& a) {
          0,
          0};
   const bool typed = a.kind != OpKind::put && a.kind != OpKind::get && a.kind != OpKind::barrier;
-  if (typed) c.es = symmem::dtype_size(a.dtype);
+  if (typed) {
+    // An unknown dtype is refused by ktype(); until then (and for a refused op's workspace
+    // size, NOTE [refused ops]) it counts as the widest.
+    const symmem::DTypeInfo* t = symmem::find_dtype(a.dtype);
+    c.es = t != nullptr ? t->size : kWidestElement;
+  }
   c.timeout_ns = symmem::cuda::timeout_to_ns(a.timeout);  // resolved by the core, never 0
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   unsigned long long capture_id = 0;
@@ -531,6 +578,7 @@ int blocks_for(const Call& c, int64_t work, int64_t per_block) {
 
 void check_launch(const Call& c, int err, const char* what) {
   if (err != 0) throw_cuda(c.op, c.rank, what, static_cast<cudaError_t>(err));
+  c.launched = true;
 }
 
 // Kernel names of the NVTX launch ranges (NOTE [nvtx ranges] in core/trace.hpp).
@@ -679,11 +727,14 @@ Ws get_ws(const Call& c, size_t data_bytes) {
       lock.lock();
       P.ws[bm.get()] = WsState{bm, trec, orphan, w.local, c.a.device.index};
     }
+    w.sync.ctrl = peers_of(c, w.mem, 0);
     auto& g = P.group_ws[gkey];
-    if (g.mem.lock() != bm) g = Process::GroupWs{bm, 0, w.local};
+    if (g.mem.lock() != bm) {
+      g = Process::GroupWs{bm,   0,      w.local,         w.sync.ctrl, w.at(c, w.L.ll_offset),
+                           trec, orphan, c.a.device.index};
+    }
     g.bytes = std::max(g.bytes, w.mem.size());
   }
-  w.sync.ctrl = peers_of(c, w.mem, 0);
   w.sync.rank = c.rank;
   w.sync.world = c.world;
   w.sync.timeout_ns = c.timeout_ns;
@@ -696,6 +747,7 @@ Ws get_ws(const Call& c, size_t data_bytes) {
   w.sync.abort_slot = abort.slot;
   w.sync.orphan_flag = orphan;  // NOTE [orphan stop flags]
   w.sync.desc_offset = static_cast<uint32_t>(w.L.desc_offset);
+  w.sync.op_kind = static_cast<int32_t>(c.a.kind);
   // Armed here, where a kernel that writes them is about to be launched: an op that launches none
   // (count 0, world size 1 copies) leaves its slot unarmed, so metrics lines do not wait on it.
   w.sync.times = arm_device_times(c);
@@ -811,12 +863,70 @@ bool ll_fits(const Call& c, size_t piece_bytes, bool forced) {
   return piece_bytes <= (forced ? cap : std::min(cap, ll_threshold(c)));
 }
 
+// The op's piece in bytes (count elements), or SIZE_MAX when it overflows (only a refused op's
+// count can: the core checks the others).
+size_t piece_bytes(const Call& c) {
+  size_t n = 0;
+  if (__builtin_mul_overflow(c.a.count, c.es, &n) || n > (size_t{1} << 48)) return SIZE_MAX;
+  return n;
+}
+
+// Whether the op takes the LL one-shot (NOTE [all-reduce tuning]); the same answer on every rank
+// for the same arguments.
+bool ll_path(const Call& c) {
+  const size_t n = piece_bytes(c);
+  switch (c.a.kind) {
+    case OpKind::all_reduce:
+      return c.a.algo != Algo::two_shot && ll_fits(c, n, c.a.algo == Algo::one_shot);
+    case OpKind::reduce_scatter:
+    case OpKind::all_gather:
+    case OpKind::all_to_all:
+      return ll_fits(c, n, false);
+    default:
+      return false;
+  }
+}
+
+// What the op asks of the workspace's data area, in bytes (`ll`: ll_path(c)): a function of the
+// arguments every rank passes alike, never of this rank's zero-copy decisions, since growth is
+// collective (all_to_all_v's zero copy is the exception: its staging area is this rank's own).
+// SIZE_MAX when it overflows.
+size_t ws_data_bytes(const Call& c, bool ll) {
+  const size_t n = piece_bytes(c);
+  const size_t world = static_cast<size_t>(c.world);
+  if (n == SIZE_MAX) return SIZE_MAX;
+  switch (c.a.kind) {
+    case OpKind::all_reduce:
+      return ll ? 0 : 2 * align_up(n, 256);  // [in staging][out staging / one-shot staging]
+    case OpKind::reduce_scatter:
+      return ll ? 0 : align_up(n, 16) * world;
+    case OpKind::all_gather:
+      return ll ? 0 : align_up(n, 256);
+    case OpKind::all_to_all:
+      return ll ? 0 : align_up(n * world, 256);
+    case OpKind::broadcast:
+      return align_up(n, 256);
+    case OpKind::all_to_all_v: {
+      size_t cap = 0;
+      if (__builtin_mul_overflow(c.a.recv_capacity, c.es, &cap) || cap > (size_t{1} << 48))
+        return SIZE_MAX;
+      return c.a.recv_sym.valid() ? 0 : align_up(cap, 256);  // zero copy: no staging area
+    }
+    case OpKind::barrier:
+    case OpKind::put:
+    case OpKind::get:
+    case OpKind::kCount:
+      break;
+  }
+  return 0;
+}
+
 // ---- all_reduce --------------------------------------------------------------------------------
 void all_reduce(const Call& c) {
   const OpArgs& a = c.a;
   const size_t bytes = a.count * c.es;
   const bool in_place = a.send == a.recv;
-  if (a.algo != Algo::two_shot && ll_fits(c, bytes, a.algo == Algo::one_shot)) {
+  if (ll_path(c)) {
     if (a.chosen_algo) *a.chosen_algo = Algo::one_shot;  // the LL one-shot
     run_ll(c, a.send, a.recv, a.count, 0, 0, true);
     return;
@@ -826,12 +936,11 @@ void all_reduce(const Call& c) {
   const bool zc_in = a.send_sym.valid() && aligned16(a.send);
   const bool zc_out = two_shot && a.recv_sym.valid() && aligned16(a.recv) && (!in_place || zc_in);
   const size_t region = align_up(bytes, 256);
-  // Data region: [in staging][out staging / one-shot staging]. The size asked for does not depend
-  // on this rank's zero-copy decisions: workspace growth is collective (same size everywhere).
+  // Data region: [in staging][out staging / one-shot staging] (ws_data_bytes).
   const size_t in_at = 0;
   const size_t out_at = region;
   const bool stage_out = two_shot ? (zc_in && !zc_out && !in_place) : (zc_in && in_place);
-  Ws w = get_ws(c, 2 * region);
+  Ws w = get_ws(c, ws_data_bytes(c, false));
   K::ReduceArgs k;
   k.sync = w.sync;
   k.mode = two_shot ? K::ReduceMode::two_shot : K::ReduceMode::one_shot;
@@ -876,13 +985,13 @@ void all_reduce(const Call& c) {
 void reduce_scatter(const Call& c) {
   const OpArgs& a = c.a;
   const size_t n = a.count * c.es;  // per-rank block
-  if (ll_fits(c, n, false)) {
+  if (ll_path(c)) {
     run_ll(c, a.send, a.recv, a.count, static_cast<int64_t>(n), 0, true);
     return;
   }
   const bool zc_in = a.send_sym.valid() && aligned16(a.send) && n % 16 == 0;
   const size_t stride = zc_in ? n : align_up(n, 16);
-  Ws w = get_ws(c, align_up(n, 16) * c.world);
+  Ws w = get_ws(c, ws_data_bytes(c, false));
   K::ReduceArgs k;
   k.sync = w.sync;
   k.mode = K::ReduceMode::reduce_scatter;
@@ -907,12 +1016,12 @@ void reduce_scatter(const Call& c) {
 void all_gather(const Call& c) {
   const OpArgs& a = c.a;
   const size_t n = a.count * c.es;
-  if (ll_fits(c, n, false)) {
+  if (ll_path(c)) {
     run_ll(c, a.send, a.recv, a.count, 0, static_cast<int64_t>(n), false);
     return;
   }
   const bool zc_in = a.send_sym.valid();
-  Ws w = get_ws(c, align_up(n, 256));
+  Ws w = get_ws(c, ws_data_bytes(c, false));
   K::MoveArgs k;
   k.sync = w.sync;
   k.mode = K::MoveMode::all_gather;
@@ -935,7 +1044,7 @@ void all_to_all(const Call& c) {
   const OpArgs& a = c.a;
   const size_t n = a.count * c.es;
   const size_t total = n * c.world;
-  if (ll_fits(c, n, false)) {
+  if (ll_path(c)) {
     run_ll(c, a.send, a.recv, a.count, static_cast<int64_t>(n), static_cast<int64_t>(n), false);
     return;
   }
@@ -943,7 +1052,7 @@ void all_to_all(const Call& c) {
   const char* r0 = static_cast<const char*>(a.recv);
   const bool overlap = s0 < r0 + total && r0 < s0 + total;
   const bool zc_out = a.recv_sym.valid() && !overlap;
-  Ws w = get_ws(c, align_up(total, 256));
+  Ws w = get_ws(c, ws_data_bytes(c, false));
   K::MoveArgs k;
   k.sync = w.sync;
   k.mode = K::MoveMode::all_to_all;
@@ -966,7 +1075,7 @@ void broadcast(const Call& c) {
   const OpArgs& a = c.a;
   const size_t n = a.count * c.es;
   // Only the root's send is meaningful, so the source is always the root's workspace.
-  Ws w = get_ws(c, align_up(n, 256));
+  Ws w = get_ws(c, ws_data_bytes(c, false));
   K::MoveArgs k;
   k.sync = w.sync;
   k.mode = K::MoveMode::broadcast;
@@ -985,7 +1094,7 @@ void broadcast(const Call& c) {
 }
 
 void barrier(const Call& c) {
-  Ws w = get_ws(c, 0);
+  Ws w = get_ws(c, ws_data_bytes(c, false));
   K::MoveArgs k;
   k.sync = w.sync;
   k.mode = K::MoveMode::barrier;
@@ -998,7 +1107,7 @@ void all_to_all_v(const Call& c) {
   const OpArgs& a = c.a;
   const size_t cap_bytes = a.recv_capacity * c.es;
   const bool zc_out = a.recv_sym.valid();
-  Ws w = get_ws(c, zc_out ? 0 : align_up(cap_bytes, 256));  // zero copy: no staging area
+  Ws w = get_ws(c, ws_data_bytes(c, false));
   K::AllToAllVArgs k;
   k.sync = w.sync;
   k.matrix_local = reinterpret_cast<int64_t*>(w.local + w.L.matrix_offset);
@@ -1146,6 +1255,120 @@ void dispatch(const Call& c) {
   symmem::throw_error(ErrorCode::Internal, c.op, c.rank, "unknown op kind");
 }
 
+// A collective or barrier of a GPU group, after make_call: this rank's checks, then its kernel.
+void run_collective(const Call& c) {
+  const OpArgs& a = c.a;
+  if (a.kind != OpKind::barrier) {
+    (void)ktype(c);  // dtype first
+    // The core checks alignment too; a misaligned element access would be a sticky device fault.
+    auto aligned = [&](const void* p) { return reinterpret_cast<uintptr_t>(p) % c.es == 0; };
+    if (!aligned(a.send)) {
+      symmem::throw_invalid_argument(
+          c.op, c.rank, "send",
+          "is not aligned to its element size (" + std::to_string(c.es) + " bytes)");
+    }
+    if (!aligned(a.recv)) {
+      symmem::throw_invalid_argument(
+          c.op, c.rank, "recv",
+          "is not aligned to its element size (" + std::to_string(c.es) + " bytes)");
+    }
+  }
+  if (a.kind != OpKind::barrier && a.kind != OpKind::all_to_all_v && a.count == 0) return;
+  Process::GroupOrder& order = order_after_last(c);  // NOTE [stream order]
+  try {
+    dispatch(c);
+  } catch (...) {
+    // What was enqueued before the failure (a workspace's zeroing, say) still orders the next op.
+    try {
+      note_launched(c, order);
+    } catch (...) {
+    }
+    throw;
+  }
+  note_launched(c, order);
+}
+
+// NOTE [refused ops] (kernels/refuse.cu): enqueues the refuse kernel in place of the op's, when
+// the peers' kernels will meet it; `code` is this rank's error; `route` (may be null), asked once
+// the group's workspace is known to exist, says whether the backend runs the op on these
+// kernels. Never throws (the caller throws its own error next); does nothing when it cannot
+// help.
+void refuse(const Call& c, ErrorCode code, bool (*route)(const OpArgs&) = nullptr) noexcept {
+  try {
+    const OpArgs& a = c.a;
+    if (c.launched || c.capturing || c.world <= 1) return;
+    if (code == ErrorCode::Timeout || code == ErrorCode::Aborted || code == ErrorCode::PeerFailure)
+      return;  // the group is broken or going: nothing to keep in step
+    if (a.group == nullptr || !a.group->valid() || a.group->aborted()) return;
+    switch (a.kind) {
+      case OpKind::all_reduce:
+      case OpKind::reduce_scatter:
+      case OpKind::all_gather:
+      case OpKind::all_to_all:
+      case OpKind::broadcast:
+        if (a.count == 0) return;  // the peers launch nothing (their count is this one)
+        break;
+      case OpKind::all_to_all_v:
+      case OpKind::barrier:
+        break;
+      case OpKind::put:
+      case OpKind::get:
+      case OpKind::kCount:
+        return;
+    }
+    const size_t data = ws_data_bytes(c, ll_path(c));
+    if (data == SIZE_MAX) return;
+    const K::WsLayout L = K::ws_layout(c.world);
+    // The group's workspace as it is: the peers' kernels use this one when it is large enough
+    // for the op; a larger one would be a collective allocation.
+    Process& P = proc();
+    Process::GroupWs g;
+    std::shared_ptr<symmem::BackendMemory> alive;  // during the launch
+    {
+      std::lock_guard<std::mutex> lock(P.mu);
+      auto it = P.group_ws.find(a.group->impl().get());
+      if (it == P.group_ws.end()) return;
+      alive = it->second.mem.lock();
+      g = it->second;
+    }
+    if (alive == nullptr || g.device != a.device.index || g.bytes < L.data_offset + data) return;
+    if (route != nullptr && !route(a)) return;  // the peers do not run these kernels for it
+    K::RefuseArgs k;
+    k.sync.ctrl = g.ctrl;
+    k.sync.rank = c.rank;
+    k.sync.world = c.world;
+    k.sync.timeout_ns = c.timeout_ns;
+    k.sync.timeout_record = g.timeout_record;
+    const symmem::cuda::AbortSlot abort = symmem::cuda::abort_slot(*a.group);
+    k.sync.abort_word = abort.word;
+    k.sync.abort_slot = abort.slot;
+    k.sync.orphan_flag = g.orphan_flag;
+    k.sync.op_kind = static_cast<int32_t>(a.kind);
+    k.sync.desc[0] = K::kDescRefused;
+    k.sync.desc[1] = static_cast<int64_t>(code);
+    k.sync.desc_offset = static_cast<uint32_t>(L.desc_offset);
+    k.ll = g.ll;
+    k.slot_bytes = L.ll_slot_bytes;
+    k.code = static_cast<int>(code);
+    const int64_t packets = static_cast<int64_t>(L.ll_slot_bytes / 16) * (c.world - 1);
+    const int blocks = blocks_for(c, packets, K::kThreads * 8);
+    Process::GroupOrder& order = order_after_last(c);  // NOTE [stream order]
+    int err = 0;
+    {
+      symmem::detail::KernelRange range("refuse", blocks);  // NOTE [nvtx ranges]
+      err = K::launch_refuse(k, blocks, c.stream);
+    }
+    note_launched(c, order);
+    if (err != 0) {
+      SYMMEM_LOG(WARN, COLL) << "rank " << c.rank << ": " << c.op
+                             << ": could not tell the peers of the refused op ("
+                             << cudaGetErrorName(static_cast<cudaError_t>(err))
+                             << "); their kernel waits until its deadline";
+    }
+  } catch (...) {
+  }
+}
+
 }  // namespace
 
 int cuda_tuning_signature(const symmem::Group& group, int device, char* buf, size_t len) {
@@ -1196,7 +1419,7 @@ int cuda_tuning_signature(const symmem::Group& group, int device, char* buf, siz
 void cuda_raise_async_errors(const symmem::Group& group, const char* op) {
   const int rank = group.valid() ? group.rank() : -1;
   symmem::cuda::raise_device_timeout(op, rank, symmem::cuda::abort_slot(group).slot);
-  raise_op_error(op, rank);
+  cuda_raise_op_error(op, rank);
 }
 
 void cuda_run_op(const OpArgs& a) {
@@ -1204,8 +1427,10 @@ void cuda_run_op(const OpArgs& a) {
   const int rank = a.group != nullptr ? a.group->rank() : -1;
   if (a.group == nullptr) symmem::throw_invalid_argument(op, rank, "group", "is null");
   DeviceGuard guard(a.device.index);
-  raise_op_error(op, rank);
-  Call c = make_call(a);
+  // Device-found errors of earlier ops are not raised here: ranks read the record at different
+  // moments, so one could throw (launching nothing) while its peer launched (NOTE
+  // [device-detected errors]).
+  Call c = make_call(a);  // a failure here leaves the stream's state unknown: nothing is refused
   if (a.kind == OpKind::put || a.kind == OpKind::get) {
     char* remote = static_cast<char*>(a.target.ptr(a.root));
     if (remote == nullptr) {
@@ -1224,32 +1449,25 @@ void cuda_run_op(const OpArgs& a) {
     if (a.signal) a.target.put_signal(a.root, a.channel, a.timeout, a.stream);
     return;
   }
-  if (a.kind != OpKind::barrier) {
-    (void)ktype(c);  // dtype first
-    // The core checks alignment too; a misaligned element access would be a sticky device fault.
-    auto aligned = [&](const void* p) { return reinterpret_cast<uintptr_t>(p) % c.es == 0; };
-    if (!aligned(a.send)) {
-      symmem::throw_invalid_argument(
-          op, rank, "send",
-          "is not aligned to its element size (" + std::to_string(c.es) + " bytes)");
-    }
-    if (!aligned(a.recv)) {
-      symmem::throw_invalid_argument(
-          op, rank, "recv",
-          "is not aligned to its element size (" + std::to_string(c.es) + " bytes)");
-    }
-  }
-  if (a.kind != OpKind::barrier && a.kind != OpKind::all_to_all_v && a.count == 0) return;
-  Process::GroupOrder& order = order_after_last(c);  // NOTE [stream order]
   try {
-    dispatch(c);
-  } catch (...) {
-    // What was enqueued before the failure (a workspace's zeroing, say) still orders the next op.
-    try {
-      note_launched(c, order);
-    } catch (...) {
-    }
+    run_collective(c);
+  } catch (const symmem::Error& e) {
+    refuse(c, e.code());  // NOTE [refused ops]: unless the op's kernel was launched
     throw;
   }
-  note_launched(c, order);
+}
+
+void cuda_refuse_op(const OpArgs& a, ErrorCode code) noexcept {
+  cuda_refuse_op_routed(a, code, nullptr);
+}
+
+void cuda_refuse_op_routed(const OpArgs& a, ErrorCode code,
+                           bool (*route)(const OpArgs& args)) noexcept {
+  try {
+    if (a.group == nullptr) return;
+    DeviceGuard guard(a.device.index);
+    const Call c = make_call(a);
+    refuse(c, code, route);
+  } catch (...) {
+  }
 }

@@ -17,6 +17,7 @@
 #include "core/timeout.hpp"
 #include "core/wait_report.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/cuda_ops.hpp"
 #include "symmem/device_handle.hpp"
 #include "symmem/env.hpp"
 
@@ -136,6 +137,7 @@ void synchronize_and_raise(std::string_view op, int rank, cudaStream_t stream, M
     throw_cudart_error(op, rank, "cudaStreamSynchronize", e, SYMMEM_WHERE);
   }
   raise_device_timeout(op, rank, abort_slot);
+  cuda_raise_op_error(op, rank);  // NOTE [device-detected errors] in cuda_ops.cu
 }
 
 bool device_timeout_pending() noexcept {

@@ -10,7 +10,7 @@
 // peer) and makes its kernel return instead of spinning. The host notices in two places:
 //   - after every stream synchronisation symmem performs itself (barrier/put_signal/
 //     wait_signal and the group barrier op on the null stream synchronise it, so they raise
-//     at once);
+//     at once; the op error record too, NOTE [device-detected errors] in cuda_ops.cu);
 //   - before every launch of a symmem kernel (every op and device-side sync of this plugin): a
 //     timeout of an earlier asynchronous call is raised by the next symmem call of the process.
 //     free() and destructors never throw, so they do not raise it (docs/design.md, "Stream-
@@ -108,8 +108,9 @@ uint64_t progress_after_ns(Millis timeout);
 
 // Waits for everything queued on `stream` (the host side of a synchronous GPU call), logging a
 // wait report every SYMMEM_WAIT_REPORT_S while it lasts; `what` names the wait ("barrier (GPU,
-// channel 3)"), `timeout` is the call's. Then raises a CUDA error of the stream (Cuda) or a
-// recorded device-side timeout (Timeout) with `op`/`rank` starting the message.
+// channel 3)"), `timeout` is the call's. Then raises a CUDA error of the stream (Cuda), a
+// recorded device-side timeout (Timeout) or a device-detected op error of an earlier GPU op
+// (NOTE [device-detected errors] in cuda_ops.cu) with `op`/`rank` starting the message.
 void synchronize_and_raise(std::string_view op, int rank, cudaStream_t stream, Millis timeout,
                            const std::string& what, int32_t abort_slot = -1);
 

@@ -43,6 +43,7 @@ namespace {
 constexpr const char* kUseCommOp = "use_nccl_comm";
 
 void use_nccl_comm_entry(const Group& group, void* comm);
+void refuse_op_entry(const OpArgs& args, ErrorCode code) noexcept;
 
 // The nccl backend instance created by symmem_plugin_create (the registry owns it).
 NcclBackend* g_backend = nullptr;
@@ -185,9 +186,25 @@ bool NcclBackend::can_serve(const Group& group, Device device, std::string* why)
 
 void* NcclBackend::extension(const std::string& name) {
   if (name == kUseCommOp) return reinterpret_cast<void*>(&use_nccl_comm_entry);
-  // The peer-pointer kernels it runs record like the cuda backend's (its own copy of them).
+  // The peer-pointer kernels it runs record like the cuda backend's (its own copy of them), and
+  // take a refused op's place like them (NOTE [refused ops]) where they run.
   if (name == kRaiseAsyncErrorExtension) return reinterpret_cast<void*>(&cuda_raise_async_errors);
+  if (name == kRefuseOpExtension) return reinterpret_cast<void*>(&refuse_op_entry);
   return nullptr;
+}
+
+std::shared_ptr<Comm> NcclBackend::existing_comm(const Group& group, int device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::shared_ptr<Comm> c;
+  auto it = user_comms_.find(group.name());
+  if (it != user_comms_.end()) {
+    c = it->second;
+  } else {
+    auto own = own_comms_.find(group.name());
+    if (own != own_comms_.end()) c = own->second.lock();
+  }
+  if (c && (c->device != device || !c->symmetric_confirmed)) return nullptr;
+  return c;
 }
 
 void NcclBackend::use_comm(const Group& group, ncclComm_t comm) {
@@ -487,6 +504,17 @@ void use_nccl_comm_entry(const Group& group, void* comm) {
                 "the nccl backend instance is gone");
   }
   g_backend->use_comm(group, static_cast<ncclComm_t>(comm));
+}
+
+// NOTE [refused ops]: only where run() would take the peer-pointer kernels, with the
+// communicator that exists (making one is collective).
+void refuse_op_entry(const OpArgs& args, ErrorCode code) noexcept {
+  try {
+    if (g_backend == nullptr || args.group == nullptr || !args.group->valid()) return;
+    auto comm = g_backend->existing_comm(*args.group, args.device.index);
+    if (comm && comm->all_lsa) cuda_refuse_op(args, code);
+  } catch (...) {
+  }
 }
 
 }  // namespace

@@ -103,6 +103,8 @@ class NcclBackend final : public Backend {
   void use_comm(const Group& group, ncclComm_t comm);
   // The communicator of `group` on `device`, created collectively on first use.
   std::shared_ptr<Comm> comm_for(const Group& group, int device, const char* op);
+  // The communicator comm_for() would return without creating or confirming one, or null.
+  std::shared_ptr<Comm> existing_comm(const Group& group, int device);
 
  private:
   std::shared_ptr<Comm> create_comm(const Group& group, int device, const char* op);

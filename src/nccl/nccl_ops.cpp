@@ -6,6 +6,8 @@
 
 #include "core/log.hpp"
 #include "cuda/cuda_ops.hpp"
+#include "cuda/peer_tables.hpp"
+#include "cuda/timeout_record.hpp"
 #include "nccl/nccl_backend.hpp"
 #include "nccl/nccl_memory.hpp"
 #include "nccl/nccl_util.hpp"
@@ -48,9 +50,18 @@ void NcclBackend::run(const OpArgs& args) {
   auto comm = comm_for(group, args.device.index, to_string(args.kind));
   if (comm->all_lsa) {
     cuda_run_op(args);
-    return;
+  } else {
+    run_nccl_fallback(args, *comm);
   }
-  run_nccl_fallback(args, *comm);
+  // A barrier on the null stream is synchronous, as on the cuda backend: after its own work it
+  // raises a device-side timeout and what the device found in earlier ops (docs/design.md,
+  // "Stream-ordered errors").
+  if (args.kind == OpKind::barrier && args.stream == nullptr) {
+    cuda::DeviceGuard guard(args.device.index);
+    cuda::synchronize_and_raise("barrier", group.rank(), nullptr, args.timeout,
+                                "barrier (GPU, group " + group.name() + ")",
+                                cuda::abort_slot(group).slot);
+  }
 }
 
 void NcclBackend::run_nccl_fallback(const OpArgs& a, Comm& c) {

@@ -48,10 +48,19 @@ std::shared_ptr<BackendMemory> NvshmemBackend::allocate(const Group& group,
   return std::make_shared<NvshmemMemory>(group, info);
 }
 
+namespace {
+// NOTE [refused ops]: only for the ops run() sends to the peer-pointer kernels.
+void refuse_op_entry(const OpArgs& args, ErrorCode code) noexcept {
+  cuda_refuse_op_routed(args, code, &NvshmemBackend::runs_on_cuda_kernels);
+}
+}  // namespace
+
 // The peer-pointer kernels and device syncs it runs record like the cuda backend's (its own
-// copy of them); its NVSHMEM all_to_all_v record is raised by its next op.
+// copy of them), and take a refused op's place where they run; its NVSHMEM all_to_all_v record
+// is raised by its next op.
 void* NvshmemBackend::extension(const std::string& name) {
   if (name == kRaiseAsyncErrorExtension) return reinterpret_cast<void*>(&cuda_raise_async_errors);
+  if (name == kRefuseOpExtension) return reinterpret_cast<void*>(&refuse_op_entry);
   return nullptr;
 }
 

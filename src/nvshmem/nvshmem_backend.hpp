@@ -26,7 +26,14 @@ class NvshmemBackend final : public Backend {
   long long* a2av_record();
   void raise_pending(const char* op, int rank);
   void finish(const OpArgs& a, const char* op, int rank);
-  bool group_all_direct(const OpArgs& a);
+  static bool group_all_direct(const OpArgs& a);
+
+ public:
+  // Whether run() takes the cuda backend's peer-pointer kernels (cuda_run_op) for this op: where
+  // a refused op can be signalled to the peers (NOTE [refused ops]). May ask for the workspace.
+  static bool runs_on_cuda_kernels(const OpArgs& a);
+
+ private:
   void run_broadcast(const OpArgs& a);
   void run_all_to_all(const OpArgs& a);
   void run_all_to_all_v(const OpArgs& a);

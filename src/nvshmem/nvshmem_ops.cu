@@ -318,6 +318,18 @@ void NvshmemBackend::finish(const OpArgs& a, const char* op, int rank) {
   if (a.stream == nullptr) {
     SYMMEM_CUDART_CHECK(op, rank, cudaStreamSynchronize(nullptr));
     raise_pending(op, rank);
+    cuda_raise_op_error(op, rank);  // the peer-pointer kernels' (NOTE [device-detected errors])
+  }
+}
+
+bool NvshmemBackend::runs_on_cuda_kernels(const OpArgs& a) {
+  switch (a.kind) {
+    case OpKind::all_reduce:
+    case OpKind::reduce_scatter:
+    case OpKind::all_gather:
+      return group_all_direct(a);
+    default:
+      return false;
   }
 }
 

@@ -13,9 +13,10 @@
 //    backend declares as data): a pair it does not serve is skipped and listed on rank 0's
 //    output ("[ NOT SERVED ]"), never hand-picked. A test none of whose pairs is served is
 //    reported SKIPPED with that reason.
-//  - Device-found errors (all_to_all_v's capacity and count checks on the GPU) are raised at
-//    the next synchronising call (docs/design.md, "Stream-ordered errors"); settle() is that
-//    call: a group barrier on the null stream, synchronous on every GPU backend.
+//  - Device-found errors (all_to_all_v's capacity and count checks on the GPU, and a peer's
+//    refusal of an op's arguments) are raised at the next synchronising call (docs/design.md,
+//    "Stream-ordered errors"); settle() is that call: a group barrier on the null stream,
+//    synchronous on every GPU backend.
 
 #include <cstdio>
 #include <cstdlib>
@@ -231,6 +232,16 @@ inline void settle(const Group& group) {
   cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // the kernels wrote their records
 #endif
   barrier(group, opts());
+}
+
+// Whether the peers of one rank that refuses an `op` (its arguments fail its own checks) learn
+// of it rather than waiting: on the host backend through the agreement; on the GPU where the op
+// runs on the peer-pointer kernels, which take a refused op's place (NOTE [refused ops] in
+// src/cuda/kernels/refuse.cu): every op on cuda and on nccl within one host; on nvshmem
+// all_reduce, reduce_scatter and all_gather (its other ops have kernels of their own).
+inline bool refusal_reaches_peers(OpKind op) {
+  if (!target().gpu() || target().backend != "nvshmem") return true;
+  return op == OpKind::all_reduce || op == OpKind::reduce_scatter || op == OpKind::all_gather;
 }
 
 // ---- what the op table left out --------------------------------------------------------------

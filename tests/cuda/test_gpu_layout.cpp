@@ -15,13 +15,14 @@ TEST(GpuLayout, RegionsAreOrderedAlignedAndLargeEnough) {
     const size_t n = static_cast<size_t>(world);
     EXPECT_EQ(L.flags_offset, K::kCtrlFlagsOffset);
     EXPECT_GE(L.desc_offset, L.flags_offset + K::kMaxBlocks * n * sizeof(uint32_t));
-    EXPECT_GE(L.matrix_offset, L.desc_offset + 4 * n * sizeof(int64_t));
+    // Descriptors: one [world][4] table per epoch parity (NOTE [epochs and flags]).
+    EXPECT_GE(L.matrix_offset, L.desc_offset + 2 * 4 * n * sizeof(int64_t));
     EXPECT_GE(L.ctrl_bytes, L.matrix_offset + n * (2 * n + 1) * sizeof(int64_t));
     EXPECT_EQ(L.desc_offset % 8, 0u);
     EXPECT_EQ(L.matrix_offset % 8, 0u);
     EXPECT_EQ(L.ll_offset, L.ctrl_bytes);
     EXPECT_EQ(L.ll_offset % 4096, 0u);
-    EXPECT_EQ(L.ll_slot_bytes % 4096, 0u);
+    EXPECT_EQ(L.ll_slot_bytes % 4096, 0u);  // whole packets: a refusal fills a slot (refuse.cu)
     // Packets carry 8 data bytes in 16: a slot holds ll_capacity() data bytes.
     EXPECT_GE(L.ll_slot_bytes, 2 * L.ll_capacity());
     EXPECT_GE(L.ll_capacity(), K::kLLTotalDataBytes / n);

@@ -677,13 +677,24 @@ TEST(GpuOps, AllToAllVCapacityExceededIsReported) {
   const size_t cap = g.rank() == 0 ? 10 * n - 1 : 10 * n;
   DevBuf recv_big(cap * 4);
   all_to_all_v(send.get(), d, recv_big.get(), d + n, d + 2 * n, cap, DType::f32, g, o);
+  // An asynchronous op does not raise what the device found earlier (NOTE [device-detected
+  // errors]): this barrier on the stream runs on every rank.
+  barrier(g, opts(s.get()));
   s.sync();
   // Every rank sees the whole count matrix and raises (NOTE [all_to_all_v]): rank 0 of its own
-  // argument, the others naming rank 0.
-  expect_error([&] { barrier(g, opts(s.get())); }, ErrorCode::InvalidArgument,
+  // argument, the others naming rank 0; from the error query once the stream is synchronised.
+  expect_error([&] { g.check_async_error(); }, ErrorCode::InvalidArgument,
+               {"recv_capacity", "all_to_all_v", "rank 0", "no rank moved any data"});
+  g.check_async_error();  // raised once
+  // The same error from a synchronising call: a group barrier on the null stream raises it after
+  // its own work.
+  all_to_all_v(send.get(), d, recv_big.get(), d + n, d + 2 * n, cap, DType::f32, g, o);
+  s.sync();
+  expect_error([&] { barrier(g, opts(nullptr)); }, ErrorCode::InvalidArgument,
                {"recv_capacity", "all_to_all_v", "rank 0", "no rank moved any data"});
   barrier(g, opts(s.get()));
   s.sync();
+  g.check_async_error();
   g.store_barrier();
 }
 
@@ -835,10 +846,119 @@ TEST(GpuOps, ZeroCopyDisagreementIsReported) {
   const void* send = g.rank() == 0 ? buf.ptr(0) : ordinary.get();
   all_reduce(send, recv.get(), count, DType::f32, ReduceOp::sum, g, opts(s.get(), Algo::two_shot));
   s.sync();
-  expect_error([&] { barrier(g, opts(s.get())); }, ErrorCode::InvalidArgument,
-               {"same offset", "send"});
+  expect_error([&] { g.check_async_error(); }, ErrorCode::InvalidArgument, {"same offset", "send"});
   barrier(g, opts(s.get()));
   s.sync();
+  g.check_async_error();
+  g.store_barrier();
+}
+
+// ---- refused ops (NOTE [refused ops] in src/cuda/kernels/refuse.cu) --------------------------
+// Rank 1 alone passes a bad argument; it throws at the call, the others' kernels (enqueued
+// already) learn of it on the device: no rank writes recv, the peers raise InvalidArgument
+// naming rank 1 from the error query once their stream is synchronised, and the group goes on
+// in step (the next all_reduce is correct). At an LL size and at a barrier-kernel size (2 MiB:
+// above the LL capacity of every world size, whatever the tuning says).
+void check_all_reduce_after_refusal(const Group& g, Stream& s, size_t count) {
+  const int n = g.world_size();
+  DevBuf x(count * 4), y(count * 4);
+  std::vector<float> ones(count, 1.0f);
+  upload(x.get(), std::vector<char>(reinterpret_cast<char*>(ones.data()),
+                                    reinterpret_cast<char*>(ones.data()) + count * 4));
+  all_reduce(x.get(), y.get(), count, DType::f32, ReduceOp::sum, g, opts(s.get()));
+  s.sync();
+  g.check_async_error();  // nothing
+  std::vector<char> got = download(y.get(), count * 4);
+  const float* f = reinterpret_cast<const float*>(got.data());
+  EXPECT_EQ(f[0], static_cast<float>(n));
+  EXPECT_EQ(f[count - 1], static_cast<float>(n));
+}
+
+TEST(GpuOps, RefusedOpIsReportedOnEveryRank) {
+  const Group& g = g_group;
+  const int n = g.world_size();
+  if (n < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int r = g.rank();
+  const std::string me = "rank " + std::to_string(r);
+  Stream s;
+  for (size_t count : {size_t{1000}, size_t{512} << 10}) {  // 4000 bytes: LL; 2 MiB: barrier
+    SCOPED_TRACE("count " + std::to_string(count));
+    const size_t bytes = count * 4;
+    DevBuf send(bytes * n), recv(bytes * n + 64);
+    // Every rank runs both ops once: the workspace is large enough for them (a refusal never
+    // grows it: that is a collective allocation).
+    all_reduce(send.get(), recv.get(), count, DType::f32, ReduceOp::sum, g, opts(s.get()));
+    all_gather(send.get(), recv.get(), count, DType::f32, g, opts(s.get()));
+    s.sync();
+    // Every byte of recv is this before and after each refused op.
+    const std::vector<char> before(bytes * n + 64, 0x5a);
+    upload(recv.get(), before);
+    struct Refusal {
+      const char* op;
+      const char* arg;
+      std::function<void(bool bad)> run;
+    };
+    const Refusal refusals[] = {
+        {"all_reduce", "send",  // rank 1: a null send
+         [&](bool bad) {
+           all_reduce(bad ? nullptr : send.get(), recv.get(), count, DType::f32, ReduceOp::sum, g,
+                      opts(s.get()));
+         }},
+        {"all_gather", "recv",  // rank 1: a recv misaligned for f32
+         [&](bool bad) {
+           all_gather(send.get(), recv.get() + (bad ? 2 : 0), count, DType::f32, g, opts(s.get()));
+         }},
+    };
+    for (const Refusal& c : refusals) {
+      SCOPED_TRACE(c.op);
+      if (r == 1) {
+        expect_error([&] { c.run(true); }, ErrorCode::InvalidArgument, {c.arg, "rank 1"});
+      } else {
+        c.run(false);  // enqueued; its kernel meets rank 1's refusal
+      }
+      s.sync();
+      if (r == 1) {
+        g.check_async_error();  // the refusing rank has nothing more to raise
+      } else {
+        expect_error([&] { g.check_async_error(); }, ErrorCode::InvalidArgument,
+                     {me.c_str(), "rank 1", "refused", c.op, "no rank moved any data"});
+        g.check_async_error();  // raised once
+      }
+      EXPECT_TRUE(download(recv.get(), before.size()) == before) << "recv was touched";
+      check_all_reduce_after_refusal(g, s, count);
+    }
+  }
+  // A refused barrier; then a barrier on the null stream (synchronous) has nothing to raise.
+  if (r == 1) {
+    OpOptions o = opts(s.get());
+    o.timeout = Millis(0);
+    expect_error([&] { barrier(g, o); }, ErrorCode::InvalidArgument, {"timeout", "rank 1"});
+    s.sync();
+  } else {
+    barrier(g, opts(s.get()));
+    s.sync();
+    expect_error([&] { g.check_async_error(); }, ErrorCode::InvalidArgument,
+                 {me.c_str(), "rank 1", "refused", "barrier"});
+  }
+  barrier(g, opts(nullptr));
+  g.check_async_error();
+  // Refused again, raised this time by the next synchronising call: a barrier on the null
+  // stream raises after its own work what the device found before.
+  DevBuf x(4000), y(4000);
+  if (r == 1) {
+    expect_error(
+        [&] { all_reduce(x.get(), nullptr, 1000, DType::f32, ReduceOp::sum, g, opts(s.get())); },
+        ErrorCode::InvalidArgument, {"recv", "rank 1"});
+    s.sync();
+    barrier(g, opts(nullptr));
+  } else {
+    all_reduce(x.get(), y.get(), 1000, DType::f32, ReduceOp::sum, g, opts(s.get()));
+    s.sync();
+    expect_error([&] { barrier(g, opts(nullptr)); }, ErrorCode::InvalidArgument,
+                 {me.c_str(), "rank 1", "refused", "all_reduce"});
+  }
+  g.check_async_error();
+  check_all_reduce_after_refusal(g, s, 1000);
   g.store_barrier();
 }
 
@@ -1005,7 +1125,8 @@ TEST(GpuOps, BadInputs) {
   expect_error([&] { put(buf, 4000, a.get(), 200, 0, po); }, ErrorCode::InvalidArgument, {});
   expect_error([&] { put(buf, 0, a.get(), 16, g.world_size(), po); }, ErrorCode::InvalidArgument,
                {"peer"});
-  // Nothing was launched: a collective still works afterwards.
+  // Every rank refused the same collectives: their refusals met each other (NOTE [refused
+  // ops]), and the group is in step: a collective still works afterwards.
   barrier(g, opts(s.get()));
   s.sync();
 }

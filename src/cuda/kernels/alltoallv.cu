@@ -18,8 +18,8 @@
 // total exceeds its capacity, a count that disagrees with what the receiver expects
 // (recv_counts_known). Then no rank moves anything or writes its outputs, and every rank writes
 // that error to its op error record (kernels.hpp), naming the rank at fault: each rank raises
-// the same InvalidArgument as the host backend would, at its next op (NOTE [device-detected
-// errors] in cuda_ops.cu).
+// the same InvalidArgument as the host backend would, at its next synchronising call or error
+// query (NOTE [device-detected errors] in cuda_ops.cu).
 
 #include <cuda_runtime.h>
 
@@ -98,8 +98,8 @@ __global__ void __launch_bounds__(kThreads, 2) a2av_kernel(const AllToAllVArgs a
     }
     reinterpret_cast<int64_t*>(peer(a.matrix, p))[rank * row + t] = v;
   }
-  publish_desc(s);
-  bool ok = block_barrier(s, flag_value(epoch, 1), deadline) && desc_agree(s);
+  publish_desc(s, epoch);
+  bool ok = block_barrier(s, flag_value(epoch, 1), deadline) && desc_agree(s, epoch);
   const int64_t* M = a.matrix_local;
   auto m = [&](int q, int p) { return __ldcg(M + q * row + p); };
 

@@ -173,24 +173,39 @@ SYMMEM_DEVICE_INLINE void record_op_error(int32_t* rec, OpErrorCode code, int ra
   (void)dev::write_record(rec, v);
 }
 
-// Before B1: this rank's descriptor into every peer's table.
-SYMMEM_DEVICE_INLINE void publish_desc(const SyncArgs& s) {
+// The descriptor table of rank p for an epoch: int64 [world][4], the half of the epoch's parity.
+SYMMEM_DEVICE_INLINE int64_t* desc_table(const SyncArgs& s, int p, uint32_t epoch) {
+  return reinterpret_cast<int64_t*>(peer(s.ctrl, p) + s.desc_offset) +
+         static_cast<size_t>(epoch & 1) * 4 * s.world;
+}
+
+// Before B1 (every barrier kernel, and a refused op): this rank's descriptor into every peer's
+// table of the epoch's parity.
+SYMMEM_DEVICE_INLINE void publish_desc(const SyncArgs& s, uint32_t epoch) {
   for (int i = threadIdx.x; i < 4 * s.world; i += blockDim.x) {
-    int64_t* t = reinterpret_cast<int64_t*>(peer(s.ctrl, i / 4) + s.desc_offset);
-    t[4 * s.rank + i % 4] = s.desc[i % 4];
+    desc_table(s, i / 4, epoch)[4 * s.rank + i % 4] = s.desc[i % 4];
   }
 }
 
 // After B1: true when every rank published the same descriptor (same answer on every rank and
-// every thread; all threads call it). Block 0 records a mismatch.
-SYMMEM_DEVICE_INLINE bool desc_agree(const SyncArgs& s) {
-  const int64_t* t = reinterpret_cast<const int64_t*>(peer(s.ctrl, s.rank) + s.desc_offset);
+// every thread; all threads call it). Block 0 records why not: a refusal (NOTE [refused ops]) in
+// preference to a zero-copy mismatch. B1's acquire makes every peer's descriptor of this epoch
+// visible (it published before its B1 signal); the parity half is not rewritten before every
+// rank has finished this epoch (NOTE [epochs and flags]).
+SYMMEM_DEVICE_INLINE bool desc_agree(const SyncArgs& s, uint32_t epoch) {
+  const int64_t* t = desc_table(s, s.rank, epoch);
   int bad = 0;
   for (int i = threadIdx.x; i < 4 * s.world; i += blockDim.x) {
     if (__ldcg(t + i) != s.desc[i % 4]) bad = 1;
   }
   if (__syncthreads_or(bad) == 0) return true;
   if (blockIdx.x == 0 && threadIdx.x == 0) {
+    for (int p = 0; p < s.world; ++p) {
+      if (__ldcg(t + 4 * p) != kDescRefused) continue;
+      record_op_error(s.error_record, OpErrorCode::peer_refused, p, -1, s.op_kind,
+                      __ldcg(t + 4 * p + 1));
+      return false;
+    }
     for (int i = 0; i < 4 * s.world; ++i) {
       if (__ldcg(t + i) == s.desc[i % 4]) continue;
       const int p = i / 4;
@@ -202,6 +217,20 @@ SYMMEM_DEVICE_INLINE bool desc_agree(const SyncArgs& s) {
     }
   }
   return false;
+}
+
+// ---- LL refusals (NOTE [refused ops] in refuse.cu) -------------------------------------------
+// A refused op fills its LL slot at every peer with packets {kLLRefuseMagic, refuse flag, code,
+// refuse flag}. The refuse flag of an epoch is never the epoch's data flag (epoch + 1), and the
+// magic word keeps a zeroed (never written) packet from reading as a refusal.
+inline constexpr uint32_t kLLRefuseMagic = 0x52454655u;  // "REFU"
+SYMMEM_DEVICE_INLINE uint32_t ll_refuse_flag(uint32_t epoch) {
+  return (epoch + 1) ^ 0x80000000u;
+}
+// Only where a packet does not carry the data flag (the slow path). Both 8-byte halves must be
+// the refusal's (each half is written at once), so `code` (q.z) is the refusal's.
+SYMMEM_DEVICE_INLINE bool ll_refused(const uint4& q, uint32_t refuse_flag) {
+  return q.y == refuse_flag && q.w == refuse_flag && q.x == kLLRefuseMagic;
 }
 
 // ---- block copy, any alignment ---------------------------------------------------------------

@@ -33,11 +33,17 @@
 //   the current flag. A rank can only write parity p again after every peer has *started* the
 //   kernel in between (it received their packets or passed a barrier with them), and a peer
 //   starts that kernel only after it finished reading parity p.
+// - Progress: a rank's kernel of epoch e finishes only after every peer has started its kernel
+//   of epoch e (barrier kernels pass B1 even when they fail after it; LL kernels receive a
+//   packet, or a refusal, from every peer for each unit; a refused op waits for it, NOTE
+//   [refused ops] in refuse.cu), unless a wait timed out. So no rank writes the descriptor
+//   table or LL buffers of parity p again before every peer is done reading parity p.
 // A wait that passes its deadline records the failure in the process timeout record (layout of
 // DeviceHandle::timeout_record, written by symmem/device/sync.cuh's write_timeout_record like
 // the device API's waits do) and the kernel returns without finishing its work. The recorded
 // "channel" is not a signal-pad channel: -1 - b for block b of a barrier kernel, -1000 for an
-// LL kernel; the recorded peer is the rank that never arrived.
+// LL kernel, kRefuseChannel for a refused op; the recorded peer is the rank that never arrived.
+// A timed-out group is out of step: use a new group (or workspace) for further work.
 
 #include <cstddef>
 #include <cstdint>
@@ -78,7 +84,7 @@ constexpr int64_t a2av_row_length(int world) {
 // Control-region and workspace offsets for a world size (NOTE [workspace layout]).
 struct WsLayout {
   size_t flags_offset = 0;
-  size_t desc_offset = 0;    // int64 [world][4]: zero-copy descriptors
+  size_t desc_offset = 0;    // int64 [2][world][4]: descriptors, by epoch parity (desc_agree)
   size_t matrix_offset = 0;  // int64 [world][a2av_row_length(world)]: row r = rank r's send
                              // counts, capacity, expected receive counts (NOTE [all_to_all_v])
   size_t ctrl_bytes = 0;
@@ -109,11 +115,15 @@ struct SyncArgs {
   // symmem/device/sync.cuh), may be null.
   const int32_t* orphan_flag = nullptr;
   int32_t abort_slot = -1;
+  int32_t op_kind = -1;  // this op's symmem::OpKind, for the op error record (peer_refused)
   // Zero-copy descriptor {send alloc id, send offset, recv alloc id, recv offset} (-1: staged).
   // Barrier kernels publish it before B1 and check after B1 that every rank passed the same
-  // (GPU ops have no host-side agreement), NOTE [zero-copy agreement] in cuda_ops.cu.
+  // (GPU ops have no host-side agreement), NOTE [zero-copy agreement] in cuda_ops.cu. A refused
+  // op publishes {kDescRefused, its ErrorCode, -1, -1} (NOTE [refused ops] in refuse.cu).
   int64_t desc[4] = {-1, -1, -1, -1};
-  uint32_t desc_offset = 0;  // of the descriptor table [world][4] int64 in the control region
+  // Of the descriptor table int64 [2][world][4] in the control region: the half of the epoch's
+  // parity, so the slot of epoch e is rewritten at e + 2 (NOTE [epochs and flags], Progress).
+  uint32_t desc_offset = 0;
   // The flight recorder's DeviceTimes slot (symmem/backend.hpp) as a device address, or null:
   // [0] start, [1] end (%globaltimer ns), [3] set to 2 when a wait timed out (NOTE [device
   // timestamps] in src/core/trace.hpp).
@@ -186,6 +196,17 @@ struct AllToAllVArgs {
   bool counts_known = false;
 };
 
+// A refused op (NOTE [refused ops] in refuse.cu): the refusing rank's stand-in for the kernel
+// its peers run.
+inline constexpr int64_t kDescRefused = -2;   // desc[0] of a refusal (-1: staged, >= 0: alloc id)
+inline constexpr int kRefuseChannel = -2000;  // the timeout record's channel of a refused op
+struct RefuseArgs {
+  SyncArgs sync;  // desc = {kDescRefused, code, -1, -1}
+  PeerPtrs ll;    // every rank's LL region
+  size_t slot_bytes = 0;
+  int code = 0;  // the refusing rank's symmem::ErrorCode
+};
+
 // Plain copy (put/get, world size 1): `bytes` from src to dst, any alignment.
 struct CopyArgs {
   char* dst = nullptr;
@@ -203,6 +224,8 @@ enum class OpErrorCode : int {
   count_mismatch = 2,      // [3] sends a elements to [2], which expected b
   negative_count = 3,      // [2]'s send count to [3] is a
   zero_copy_mismatch = 4,  // peer in [3]; a: peer's (alloc id << 32 | which), b: its offset
+  peer_refused = 5,        // [2] refused the op (NOTE [refused ops]); a: this rank's OpKind,
+                           // b: the refusing rank's ErrorCode; nothing moved
 };
 inline constexpr int kOpErrorRecordInts = 8;
 
@@ -214,6 +237,7 @@ int launch_reduce(const ReduceArgs& a, KType type, int blocks, void* stream);
 int launch_move(const MoveArgs& a, int blocks, void* stream);
 int launch_all_to_all_v(const AllToAllVArgs& a, int blocks, void* stream);
 int launch_copy(const CopyArgs& a, int blocks, void* stream);
+int launch_refuse(const RefuseArgs& a, int blocks, void* stream);
 // One thread writes %globaltimer to `out` (device address of mapped host memory): the clock
 // calibration of NOTE [device timestamps].
 int launch_read_globaltimer(uint64_t* out, void* stream);

@@ -10,9 +10,12 @@
 //                       [copy share b of every block of the own receive area to recv]
 //   broadcast (pull):   [root: copy its piece into src[root]] B1 | read share b of src[root]
 //                       into recv | B2
-//   barrier:            B1
+//   barrier:            B1 (and the descriptor check, which sees a refused barrier)
 // B1 says every rank reached the op (its inputs are published, its receive area is free); B2
-// says every peer is done with this rank's memory.
+// says every peer is done with this rank's memory. Every mode publishes its descriptor before B1
+// and checks all of them after B1 (desc_agree); when the check fails (a peer refused the op, NOTE
+// [refused ops] in refuse.cu, or zero-copy buffers differ) nothing moves and B2 is skipped on
+// every rank, since every rank sees the same table.
 
 #include <cuda_runtime.h>
 
@@ -31,11 +34,11 @@ __global__ void __launch_bounds__(kThreads, 2) move_kernel(const MoveArgs a) {
   const int64_t b = blockIdx.x;
   const int64_t n = a.bytes;
   bool ok = true;
-  if (a.mode != MoveMode::barrier) publish_desc(s);
+  publish_desc(s, epoch);
   switch (a.mode) {
     case MoveMode::all_gather: {
       if (a.copy_in != nullptr) copy_share(peer(a.src, rank), a.copy_in, n, b, G);
-      ok = block_barrier(s, flag_value(epoch, 1), deadline) && desc_agree(s);
+      ok = block_barrier(s, flag_value(epoch, 1), deadline) && desc_agree(s, epoch);
       if (ok) {
         for (int i = 0; i < world; ++i) {
           const int p = rank + i < world ? rank + i : rank + i - world;
@@ -47,7 +50,7 @@ __global__ void __launch_bounds__(kThreads, 2) move_kernel(const MoveArgs a) {
       break;
     }
     case MoveMode::all_to_all: {
-      ok = block_barrier(s, flag_value(epoch, 1), deadline) && desc_agree(s);
+      ok = block_barrier(s, flag_value(epoch, 1), deadline) && desc_agree(s, epoch);
       if (ok) {
         for (int i = 0; i < world; ++i) {
           const int p = rank + i < world ? rank + i : rank + i - world;
@@ -65,7 +68,7 @@ __global__ void __launch_bounds__(kThreads, 2) move_kernel(const MoveArgs a) {
     }
     case MoveMode::broadcast: {
       if (rank == a.root && a.copy_in != nullptr) copy_share(peer(a.src, rank), a.copy_in, n, b, G);
-      ok = block_barrier(s, flag_value(epoch, 1), deadline) && desc_agree(s);
+      ok = block_barrier(s, flag_value(epoch, 1), deadline) && desc_agree(s, epoch);
       if (ok) {
         const char* from =
             rank == a.root && a.local_in != nullptr ? a.local_in : peer(a.src, a.root);
@@ -75,7 +78,7 @@ __global__ void __launch_bounds__(kThreads, 2) move_kernel(const MoveArgs a) {
       break;
     }
     case MoveMode::barrier:
-      ok = block_barrier(s, flag_value(epoch, 1), deadline);
+      ok = block_barrier(s, flag_value(epoch, 1), deadline) && desc_agree(s, epoch);
       break;
   }
   (void)ok;

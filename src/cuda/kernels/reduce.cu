@@ -130,8 +130,8 @@ __global__ void __launch_bounds__(kThreads, 2) reduce_kernel(const ReduceArgs a)
         copy_units(my_in, a.copy_in, share(units, world, sh, G, b), bytes);
       }
     }
-    publish_desc(s);
-    ok = block_barrier(s, flag_value(epoch, 1), deadline) && desc_agree(s);
+    publish_desc(s, epoch);
+    ok = block_barrier(s, flag_value(epoch, 1), deadline) && desc_agree(s, epoch);
     if (ok) {
       const PeerPtrs& out = a.out;
       auto emit = [&](int64_t u, uint4 y) {
@@ -166,8 +166,8 @@ __global__ void __launch_bounds__(kThreads, 2) reduce_kernel(const ReduceArgs a)
         copy_units(my_in, a.copy_in, mine, bytes);
       }
     }
-    publish_desc(s);
-    ok = block_barrier(s, flag_value(epoch, 1), deadline) && desc_agree(s);
+    publish_desc(s, epoch);
+    ok = block_barrier(s, flag_value(epoch, 1), deadline) && desc_agree(s, epoch);
     if (ok) {
       char* out = a.direct_out;
       auto emit = [&](int64_t u, uint4 y) { store16_any(out + u * 16, y); };
