@@ -215,7 +215,8 @@ struct Call {
   std::shared_ptr<Backend> backend;
   Millis timeout{0};
   Holders holders;
-  size_t msg_bytes = 0;  // the larger buffer of a checked blocked op (the recorder's bytes)
+  size_t msg_bytes = 0;      // the larger buffer of a checked blocked op (the recorder's bytes)
+  bool check_first = false;  // the op's own checks before the row's (a handle's, in its words)
 };
 
 // Checks a buffer argument: null, alignment, ownership (another group, out of range).
@@ -811,8 +812,9 @@ void run_collective_traced(Call& c, const OpOptions& o, Check& check, detail::Tr
   LocalError err;
   try {
     c.timeout = op_timeout(c.op, c.rank, o.timeout);
+    if (c.check_first) check(c);
     check_collective(c);
-    check(c);
+    if (!c.check_first) check(c);
     resolve_backend_for(c, o.device);
   } catch (const ArgFailure& f) {
     err.code = f.error.code();
@@ -927,30 +929,39 @@ void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceO
 
 void all_reduce(const SymmetricMemory& buf, size_t count, DType dtype, ReduceOp op,
                 const OpOptions& options) {
-  const char* name = "all_reduce";
-  check_usable(buf, name, "buf");
-  int rank = buf.rank();
-  if (!known_dtype(dtype))
-    throw_invalid_argument(name, rank, "dtype",
-                           "has unknown value " + std::to_string(static_cast<int>(dtype)));
-  size_t es = dtype_size(dtype);
-  size_t bytes = 0;
-  if (__builtin_mul_overflow(count, es, &bytes) || bytes > buf.size()) {
-    throw_invalid_argument(name, rank, "count",
-                           "= " + std::to_string(count) + " elements of " + to_string(dtype) +
-                               " do not fit " + describe(buf) + " (view of " +
-                               std::to_string(buf.size()) + " bytes holds " +
-                               std::to_string(buf.size() / es) + ")");
-  }
-  void* p = buf.ptr(rank);
-  if (p == nullptr) {
-    throw_error(ErrorCode::Unsupported, name, rank,
-                "this rank's part of " + describe(buf) + " is not addressable from the host");
-  }
-  Group group = buf.group();
+  check_usable(buf, "all_reduce", "buf");
+  const Group group = buf.group();
   OpOptions o = options;
   if (!o.device) o.device = buf.device();
-  all_reduce(p, p, count, dtype, op, group, o);
+  void* p = buf.ptr(buf.rank());
+  Call c(OpKind::all_reduce);
+  c.group = &group;
+  c.send = p;
+  c.recv = p;
+  c.count = count;
+  c.dtype = dtype;
+  c.redop = op;
+  c.algo = o.algo;
+  c.check_first = true;
+  // The handle's checks, in its terms, as the op's own: a rank whose handle call is bad takes
+  // part in the agreement (host) or refuses on the device (GPU) like any other bad argument.
+  run_collective(c, o, [&buf](Call& c) {
+    if (!known_dtype(c.dtype))
+      fail_arg(c.op, c.rank, "dtype",
+               "has unknown value " + std::to_string(static_cast<int>(c.dtype)));
+    const size_t es = dtype_size(c.dtype);
+    size_t bytes = 0;
+    if (__builtin_mul_overflow(c.count, es, &bytes) || bytes > buf.size()) {
+      fail_arg(c.op, c.rank, "count",
+               "= " + std::to_string(c.count) + " elements of " + to_string(c.dtype) +
+                   " do not fit " + describe(buf) + " (view of " + std::to_string(buf.size()) +
+                   " bytes holds " + std::to_string(buf.size() / es) + ")");
+    }
+    if (c.send == nullptr) {
+      fail(ErrorCode::Unsupported, c.op, c.rank,
+           "this rank's part of " + describe(buf) + " is not addressable from the host");
+    }
+  });
 }
 
 // ---- reduce_scatter, all_gather, all_to_all: checked from their rows --------------------------

@@ -18,6 +18,7 @@
 #include "core/wait_report.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/cuda_ops.hpp"
+#include "cuda/kernels/kernels.hpp"
 #include "symmem/device_handle.hpp"
 #include "symmem/env.hpp"
 
@@ -362,6 +363,14 @@ void raise_device_timeout(std::string_view op, int rank, int32_t current_slot) {
     throw_error(a ? a->code : ErrorCode::Aborted, op, rank, os.str());
   }
   std::ostringstream os;
+  if (channel == kernels::kRefuseChannel) {
+    os << "device-side wait timed out: rank " << who << " refused an op's arguments and waited for "
+       << "rank " << peer << " to start the same op (NOTE [refused ops]), which it did not before "
+       << "the deadline (SYMMEM_TIMEOUT_MS or the call's timeout): did that rank skip the op, or "
+          "throw before its kernel without telling? The group's GPU ops are out of step: use a "
+          "new group";
+    throw_error(ErrorCode::Timeout, op, rank, os.str());
+  }
   os << "device-side wait timed out: rank " << who << " waited on channel " << channel
      << " for rank " << peer << " (signal pad slot " << channel << " * world_size + " << peer
      << "); the peer did not reach the matching put_signal/wait_signal/barrier before the "

@@ -581,6 +581,8 @@ TEST(OpsMp, BadInputEveryOp) {
        [&](bool, char*) { all_reduce(freed, 4, DType::f32, ReduceOp::sum, o); }},
       {"all_reduce handle count too large", "count", false, ErrorCode::InvalidArgument,
        [&](bool, char*) { all_reduce(sym, 5000, DType::f32, ReduceOp::sum, o); }},
+      {"all_reduce handle count too large on one rank", "count", true, ErrorCode::InvalidArgument,
+       [&](bool bad, char*) { all_reduce(sym, bad ? 5000 : 4, DType::f32, ReduceOp::sum, o); }},
       {"all_reduce invalid group", "group", false, ErrorCode::InvalidArgument,
        [&](bool, char* recv) { all_reduce(sp, recv, 4, DType::f32, ReduceOp::sum, Group(), o); }},
       {"reduce_scatter null recv", "recv", true, ErrorCode::InvalidArgument,
