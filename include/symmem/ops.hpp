@@ -20,10 +20,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 
+#include "symmem/error.hpp"
 #include "symmem/export.hpp"
 #include "symmem/group.hpp"
 #include "symmem/memory.hpp"
+#include "symmem/op_table.hpp"
 #include "symmem/types.hpp"
 
 namespace symmem {
@@ -90,5 +93,16 @@ SYMMEM_API void get(const SymmetricMemory& src, size_t src_offset, void* dst, si
 
 // ---- barrier over the group's workspace signal pad ------------------------------------------
 SYMMEM_API void barrier(const Group& group, const OpOptions& options = {});
+
+// ---- refusing an op before calling it ----------------------------------------------------------
+// For layers over these ops that check arguments of their own (bindings, wrappers): when such a
+// check fails on some ranks only, the others are already in the op and wait for them. Call
+// refuse() with the error instead of skipping the op: the group's other ranks then fail that
+// op with InvalidArgument naming this rank (CPU groups: at the call; GPU groups: at the next
+// synchronising call or Group::check_async_error(), NOTE [refused ops]) instead of waiting
+// until their timeout. `options`: the op's stream, device and timeout. Never throws; put/get
+// and one-rank groups need nothing and get nothing.
+SYMMEM_API void refuse(OpKind kind, const Group& group, const OpOptions& options, ErrorCode code,
+                       const std::string& message) noexcept;
 
 }  // namespace symmem

@@ -11,6 +11,9 @@
 #include <nanobind/stl/vector.h>
 
 #include <deque>
+#include <exception>
+#include <string>
+#include <string_view>
 
 #include "common.hpp"
 #include "symmem/backend.hpp"
@@ -21,12 +24,35 @@ using namespace nb::literals;
 
 namespace {
 
+// NOTE [refused ops] (src/cuda/kernels/refuse.cu): a check of this binding that fails on some
+// ranks only must not leave the others waiting in the op. An OpCall destroyed by an exception
+// before its op was called (calling()) refuses the op through symmem::refuse(), so the group's
+// other ranks fail the op naming this rank; the exception then goes on to Python.
 class OpCall {
  public:
-  OpCall(const char* op, nb::handle group, nb::handle stream, nb::handle timeout)
-      : op_(op), group_arg_(group), stream_arg_(stream) {
-    opts_.timeout = to_timeout(timeout, op);
+  OpCall(OpKind kind, nb::handle group, nb::handle stream, nb::handle timeout)
+      : kind_(kind), op_(to_string(kind)), group_arg_(group), stream_arg_(stream) {
+    opts_.timeout = to_timeout(timeout, op_);
   }
+  OpCall(const OpCall&) = delete;
+  OpCall& operator=(const OpCall&) = delete;
+  ~OpCall() {
+    if (called_ || std::uncaught_exceptions() <= uncaught_) return;
+    if (!opts_.device && kind_ != OpKind::barrier) return;  // no array was read: which device?
+    try {
+      const Group g = group();
+      const std::string why = error_.empty()
+                                  ? std::string(op_) + ": rank " + std::to_string(g.rank()) +
+                                        " refused its arguments (the Python binding's checks)"
+                                  : error_;
+      nb::gil_scoped_release rel;  // a CPU group's refusal meets the peers in the op
+      refuse(kind_, g, opts_, ErrorCode::InvalidArgument, why);
+    } catch (...) {
+    }
+  }
+
+  // The op is called next: from here on the op itself tells the peers about an error.
+  void calling() { called_ = true; }
 
   // Imports an array argument; every array of one op must be on one device.
   ArrayRef& add(nb::handle obj, const char* arg, bool written) {
@@ -39,13 +65,12 @@ class OpCall {
       opts_.stream = s;
       opts_.device = d;
     } else if (!(d == *opts_.device)) {
-      throw_invalid_argument(
-          op_, -1, arg,
-          "is on " + to_string(d) + " but '" + first_arg_ + "' is on " + to_string(*opts_.device));
+      fail(-1, arg,
+           "is on " + to_string(d) + " but '" + first_arg_ + "' is on " + to_string(*opts_.device));
     }
     refs_.push_back(import_array(obj, op_, arg, opts_.stream));
     ArrayRef& r = refs_.back();
-    if (written && r.read_only) throw_invalid_argument(op_, -1, arg, "is read-only");
+    if (written && r.read_only) fail(-1, arg, "is read-only");
     return r;
   }
 
@@ -68,8 +93,7 @@ class OpCall {
   const Group& group() {
     if (group_) return *group_;
     if (!group_arg_.is_none()) {
-      if (!nb::isinstance<Group>(group_arg_))
-        throw_invalid_argument(op_, -1, "group", "must be a symmem.Group or None");
+      if (!nb::isinstance<Group>(group_arg_)) fail(-1, "group", "must be a symmem.Group or None");
       group_ = nb::cast<Group>(group_arg_);
       return *group_;
     }
@@ -88,9 +112,9 @@ class OpCall {
       group_ = nb::cast<Group>(d);
       return *group_;
     }
-    throw_invalid_argument(op_, -1, "group",
-                           "is None, no argument lies in symmetric memory and there is no default "
-                           "group: call symmem.Group.from_env() first or pass group=");
+    fail(-1, "group",
+         "is None, no argument lies in symmetric memory and there is no default "
+         "group: call symmem.Group.from_env() first or pass group=");
   }
 
   int rank() { return group().rank(); }
@@ -101,27 +125,34 @@ class OpCall {
       std::string names;  // NOTE [dtype table]
       for (size_t i = 0; i < dtype_table_size(); ++i)
         names += std::string(i ? ", " : "") + dtype_table()[i].name;
-      throw_invalid_argument(op_, rank(), arg,
-                             "has dtype " + dtype_name(r.dtype) + "; " + op_ + " takes " + names);
+      fail(rank(), arg, "has dtype " + dtype_name(r.dtype) + "; " + op_ + " takes " + names);
     }
     return *t;
   }
 
   void same_dtype(const ArrayRef& a, const char* an, const ArrayRef& b, const char* bn) {
     if (a.dtype.code != b.dtype.code || a.dtype.bits != b.dtype.bits)
-      throw_invalid_argument(
-          op_, rank(), bn,
-          "has dtype " + dtype_name(b.dtype) + " but '" + an + "' has " + dtype_name(a.dtype));
+      fail(rank(), bn,
+           "has dtype " + dtype_name(b.dtype) + " but '" + an + "' has " + dtype_name(a.dtype));
   }
 
-  [[noreturn]] void bad(const char* arg, const std::string& what) {
-    throw_invalid_argument(op_, rank(), arg, what);
-  }
+  [[noreturn]] void bad(const char* arg, const std::string& what) { fail(rank(), arg, what); }
 
   OpOptions& opts() { return opts_; }
   const char* op() const { return op_; }
 
  private:
+  // Throws InvalidArgument, keeping its message for the refusal (~OpCall).
+  [[noreturn]] void fail(int rank, std::string_view arg, const std::string& what) {
+    try {
+      throw_invalid_argument(op_, rank, arg, what);
+    } catch (const Error& e) {
+      error_ = e.what();
+      throw;
+    }
+  }
+
+  OpKind kind_;
   const char* op_;
   nb::handle group_arg_;
   nb::handle stream_arg_;
@@ -129,6 +160,9 @@ class OpCall {
   const char* first_arg_ = nullptr;
   std::deque<ArrayRef> refs_;  // deque: references stay valid as arguments are added
   std::optional<Group> group_;
+  int uncaught_ = std::uncaught_exceptions();
+  bool called_ = false;
+  std::string error_;
 };
 
 // The symmetric memory of a put/get target: a SymmetricArray of this rank, or a foreign array
@@ -222,13 +256,14 @@ void bind_reductions(nb::module_& m) {
       "all_reduce",
       [](nb::handle x, const std::string& op, const std::string& algo, nb::handle out,
          nb::handle group, nb::handle stream, nb::handle timeout) {
-        OpCall c("all_reduce", group, stream, timeout);
+        OpCall c(OpKind::all_reduce, group, stream, timeout);
         ReduceOp redop = parse_reduce_op(op, "op");
         c.opts().algo = parse_algo(algo, "algo");
         ArrayRef& in = c.add(x, "x", out.is_none());
         DType t = c.dtype(in, "x");
         if (out.is_none() && in.sym && in.sym->is_local() && group.is_none()) {
           SymmetricMemory mem = in.sym->mem;  // zero copy, in place
+          c.calling();
           nb::gil_scoped_release r;
           all_reduce(mem, in.numel, t, redop, c.opts());
           return;
@@ -240,6 +275,7 @@ void bind_reductions(nb::module_& m) {
           blocked_count(c, OpKind::all_reduce, in, "x", *o, "out");
         }
         const Group& g = c.group();
+        c.calling();
         nb::gil_scoped_release r;
         all_reduce(in.data, o->data, in.numel, t, redop, g, c.opts());
       },
@@ -256,7 +292,7 @@ void bind_reductions(nb::module_& m) {
       "reduce_scatter",
       [](nb::handle send, nb::handle recv, const std::string& op, nb::handle group,
          nb::handle stream, nb::handle timeout) {
-        OpCall c("reduce_scatter", group, stream, timeout);
+        OpCall c(OpKind::reduce_scatter, group, stream, timeout);
         ReduceOp redop = parse_reduce_op(op, "op");
         ArrayRef& s = c.add(send, "send", false);
         ArrayRef& r = c.add(recv, "recv", true);
@@ -264,6 +300,7 @@ void bind_reductions(nb::module_& m) {
         c.same_dtype(s, "send", r, "recv");
         const Group& g = c.group();
         size_t count = blocked_count(c, OpKind::reduce_scatter, s, "send", r, "recv");
+        c.calling();
         nb::gil_scoped_release rel;
         reduce_scatter(s.data, r.data, count, t, redop, g, c.opts());
       },
@@ -282,13 +319,14 @@ void bind_data_movement(nb::module_& m) {
       "all_gather",
       [](nb::handle send, nb::handle recv, nb::handle group, nb::handle stream,
          nb::handle timeout) {
-        OpCall c("all_gather", group, stream, timeout);
+        OpCall c(OpKind::all_gather, group, stream, timeout);
         ArrayRef& s = c.add(send, "send", false);
         ArrayRef& r = c.add(recv, "recv", true);
         DType t = c.dtype(s, "send");
         c.same_dtype(s, "send", r, "recv");
         const Group& g = c.group();
         size_t count = blocked_count(c, OpKind::all_gather, s, "send", r, "recv");
+        c.calling();
         nb::gil_scoped_release rel;
         all_gather(s.data, r.data, count, t, g, c.opts());
       },
@@ -302,13 +340,14 @@ void bind_data_movement(nb::module_& m) {
       "all_to_all",
       [](nb::handle send, nb::handle recv, nb::handle group, nb::handle stream,
          nb::handle timeout) {
-        OpCall c("all_to_all", group, stream, timeout);
+        OpCall c(OpKind::all_to_all, group, stream, timeout);
         ArrayRef& s = c.add(send, "send", false);
         ArrayRef& r = c.add(recv, "recv", true);
         DType t = c.dtype(s, "send");
         c.same_dtype(s, "send", r, "recv");
         const Group& g = c.group();
         size_t count = blocked_count(c, OpKind::all_to_all, s, "send", r, "recv");
+        c.calling();
         nb::gil_scoped_release rel;
         all_to_all(s.data, r.data, count, t, g, c.opts());
       },
@@ -324,7 +363,7 @@ void bind_data_movement(nb::module_& m) {
       [](nb::handle send, nb::handle send_counts, nb::handle recv, nb::handle recv_counts,
          nb::handle recv_offsets, bool recv_counts_known, nb::handle group, nb::handle stream,
          nb::handle timeout) {
-        OpCall c("all_to_all_v", group, stream, timeout);
+        OpCall c(OpKind::all_to_all_v, group, stream, timeout);
         ArrayRef& s = c.add(send, "send", false);
         ArrayRef& sc = c.add(send_counts, "send_counts", false);
         ArrayRef& r = c.add(recv, "recv", true);
@@ -364,6 +403,7 @@ void bind_data_movement(nb::module_& m) {
         AllToAllVOptions o;
         static_cast<OpOptions&>(o) = c.opts();
         o.recv_counts_known = recv_counts_known;
+        c.calling();
         nb::gil_scoped_release rel;
         all_to_all_v(s.data, static_cast<const int64_t*>(sc.data), r.data,
                      static_cast<int64_t*>(rc.data), static_cast<int64_t*>(ro.data), r.numel, t, g,
@@ -385,7 +425,7 @@ void bind_data_movement(nb::module_& m) {
       "broadcast",
       [](nb::handle x, int root, nb::handle out, nb::handle group, nb::handle stream,
          nb::handle timeout) {
-        OpCall c("broadcast", group, stream, timeout);
+        OpCall c(OpKind::broadcast, group, stream, timeout);
         ArrayRef& s = c.add(x, "x", out.is_none());
         ArrayRef* r = &s;
         DType t = c.dtype(s, "x");
@@ -395,6 +435,7 @@ void bind_data_movement(nb::module_& m) {
           blocked_count(c, OpKind::broadcast, s, "x", *r, "out");
         }
         const Group& g = c.group();
+        c.calling();
         nb::gil_scoped_release rel;
         broadcast(s.data, r->data, s.numel, t, root, g, c.opts());
       },
@@ -415,7 +456,7 @@ void one_sided(nb::handle first, nb::handle second, int peer, int64_t offset, bo
   constexpr bool is_put = kind == OpKind::put;
   const char* target_arg = is_put ? "dst" : "src";
   const char* local_arg = is_put ? "src" : "dst";
-  OpCall c(to_string(kind), nb::none(), stream, timeout);
+  OpCall c(kind, nb::none(), stream, timeout);
   ArrayRef& target = c.add(first, target_arg, false);
   ArrayRef& local = c.add(second, local_arg, !is_put);
   size_t base = 0;
@@ -425,6 +466,7 @@ void one_sided(nb::handle first, nb::handle second, int peer, int64_t offset, bo
   static_cast<OpOptions&>(o) = c.opts();
   o.signal = signal;
   o.channel = channel;
+  c.calling();
   nb::gil_scoped_release rel;
   if constexpr (is_put) {
     put(mem, base + off, local.data, local.nbytes(), peer, o);
@@ -457,9 +499,10 @@ void bind_one_sided(nb::module_& m) {
   m.def(
       "barrier",
       [](nb::handle group, nb::handle device, nb::handle stream, nb::handle timeout) {
-        OpCall c("barrier", group, stream, timeout);
+        OpCall c(OpKind::barrier, group, stream, timeout);
         c.set_device(device);
         const Group& g = c.group();
+        c.calling();
         nb::gil_scoped_release rel;
         barrier(g, c.opts());
       },

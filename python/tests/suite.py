@@ -90,3 +90,11 @@ class Suite:
         self.torch.cuda.synchronize()
         t.copy_(self.torch.from_numpy(np.ascontiguousarray(src)))
         self.torch.cuda.synchronize()
+
+    def settle(self):
+        """Raises what the device found during the ops before (GPU: after a synchronize, through
+        the group's error query; docs/design.md, "Stream-ordered errors"); nothing on the host
+        backend, whose ops raise at the call."""
+        if self.gpu:
+            self.torch.cuda.synchronize()
+            self.g.check_async_error()

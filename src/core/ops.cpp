@@ -1253,4 +1253,39 @@ void barrier(const Group& group, const OpOptions& options) {
   }
 }
 
+// ---- refusing an op whose arguments a wrapper found bad
+// ------------------------------------------ NOTE [refused ops]: what the core does for its own
+// checks, for the checks of a layer above it (the Python binding's, say) that fail on one rank
+// before the op is called. CPU groups take part in the op's agreement with the error, so their
+// peers throw InvalidArgument naming this rank; GPU groups refuse on the device (refuse_on_device).
+void refuse(OpKind kind, const Group& group, const OpOptions& options, ErrorCode code,
+            const std::string& message) noexcept {
+  try {
+    const OpInfo& row = op_info(kind);
+    if (!group.valid() || group.world_size() <= 1) return;
+    if (!row.collective() && kind != OpKind::barrier) return;  // put/get: no peer waits
+    detail::check_not_aborted(group.impl()->abort.get(), row.name, group.rank());
+    GroupBusy busy(*group.impl(), row.name, group.rank());
+    Call c(kind);
+    c.group = &group;
+    c.rank = group.rank();
+    c.world = group.world_size();
+    c.timeout =
+        detail::resolve_timeout(options.timeout.count() == 0 ? kDefaultTimeout : options.timeout);
+    resolve_device(c, options.device);
+    if (c.device.is_cuda()) {
+      refuse_on_device(c, options, code);
+      return;
+    }
+    if (kind == OpKind::barrier) return;  // a host barrier has no agreement to take part in
+    LocalError err;
+    err.code = code;
+    err.message = message.empty() ? std::string(row.name) + ": rank " + std::to_string(c.rank) +
+                                        " refused its arguments"
+                                  : message;
+    (void)agree(c, next_seq(group), err);  // throws this rank's error once the peers know
+  } catch (...) {
+  }
+}
+
 }  // namespace symmem
