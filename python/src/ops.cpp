@@ -257,9 +257,9 @@ void bind_reductions(nb::module_& m) {
       [](nb::handle x, const std::string& op, const std::string& algo, nb::handle out,
          nb::handle group, nb::handle stream, nb::handle timeout) {
         OpCall c(OpKind::all_reduce, group, stream, timeout);
+        ArrayRef& in = c.add(x, "x", out.is_none());  // first: the device of a refusal
         ReduceOp redop = parse_reduce_op(op, "op");
         c.opts().algo = parse_algo(algo, "algo");
-        ArrayRef& in = c.add(x, "x", out.is_none());
         DType t = c.dtype(in, "x");
         if (out.is_none() && in.sym && in.sym->is_local() && group.is_none()) {
           SymmetricMemory mem = in.sym->mem;  // zero copy, in place
@@ -293,9 +293,9 @@ void bind_reductions(nb::module_& m) {
       [](nb::handle send, nb::handle recv, const std::string& op, nb::handle group,
          nb::handle stream, nb::handle timeout) {
         OpCall c(OpKind::reduce_scatter, group, stream, timeout);
-        ReduceOp redop = parse_reduce_op(op, "op");
         ArrayRef& s = c.add(send, "send", false);
         ArrayRef& r = c.add(recv, "recv", true);
+        ReduceOp redop = parse_reduce_op(op, "op");
         DType t = c.dtype(s, "send");
         c.same_dtype(s, "send", r, "recv");
         const Group& g = c.group();

@@ -246,19 +246,22 @@ def test_gil_released_during_barrier(g):
         assert during >= 50, f"another thread ran only {during} ticks during a ~0.5 s barrier"
 
 
-def test_binding_error_on_one_rank_is_named_on_every_rank(g, S):
-    # NOTE [refused ops]: a check of the Python binding (here out's dtype) that fails on rank 1
-    # only. Rank 1 raises naming 'out'; the others fail the same op naming rank 1 (at the call on
+@pytest.mark.parametrize("arg", ["out", "op"])
+def test_binding_error_on_one_rank_is_named_on_every_rank(g, S, arg):
+    # NOTE [refused ops]: a check of the Python binding (out's dtype, the op's name) that fails
+    # on rank 1 only. Rank 1 raises naming 'out'; the others fail the same op naming rank 1 (at the call on
     # the host backend, at the next synchronising call on a GPU backend) instead of waiting for
     # rank 1 until their timeout; nothing is written and the group goes on working.
     n, r = g.world_size, g.rank
     S.require("all_reduce", "float32")
     x = S.plain(np.ones(64, dtype=np.float32))
-    out = S.zeros(64, np.float64 if r == 1 else np.float32)
+    bad = r == 1
+    out = S.zeros(64, np.float64 if bad and arg == "out" else np.float32)
+    op = "bogus" if bad and arg == "op" else "sum"
     start = time.monotonic()
     err = None
     try:
-        symmem.all_reduce(x, out=out, group=g, timeout=30)
+        symmem.all_reduce(x, op=op, out=out, group=g, timeout=30)
     except symmem.InvalidArgument as e:
         err = e
     try:
@@ -269,7 +272,7 @@ def test_binding_error_on_one_rank_is_named_on_every_rank(g, S):
     assert err is not None, "no error"
     assert time.monotonic() - start < 15
     msg = str(err)
-    assert ("'out'" in msg) if r == 1 else ("rank 1" in msg), msg
+    assert (f"'{arg}'" in msg) if bad else ("rank 1" in msg), msg
     assert (S.host(out) == 0).all()
     y = S.plain(np.ones(8, dtype=np.float32))
     symmem.all_reduce(y, group=g)
