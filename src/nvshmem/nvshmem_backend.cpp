@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstring>
 
 #include "core/check.hpp"
@@ -14,7 +15,13 @@
 
 namespace symmem::nvshm {
 
+namespace {
+std::atomic<NvshmemBackend*> g_live{nullptr};  // the plugin's instance, for raise_async_errors
+}  // namespace
+
 NvshmemBackend::~NvshmemBackend() {
+  NvshmemBackend* self = this;
+  g_live.compare_exchange_strong(self, nullptr, std::memory_order_acq_rel);
   if (a2av_record_ != nullptr) (void)cudaFreeHost(a2av_record_);
 }
 
@@ -35,7 +42,9 @@ constexpr OpSet kOps =
 // dtypes] in cuda/gpu_rules.hpp). NVSHMEM's own team reductions, used when a peer is not
 // directly reachable, have no fp8 and say so when asked (they have f32, f64, f16, bf16, i32 and
 // i64).
-NvshmemBackend::NvshmemBackend() : Backend(cuda::gpu_rules(kOps)) {}
+NvshmemBackend::NvshmemBackend() : Backend(cuda::gpu_rules(kOps)) {
+  g_live.store(this, std::memory_order_release);
+}
 
 std::shared_ptr<BackendMemory> NvshmemBackend::allocate(const Group& group,
                                                         const RendezvousInfo& info) {
@@ -56,12 +65,18 @@ void refuse_op_entry(const OpArgs& args, ErrorCode code) noexcept {
 }  // namespace
 
 // The peer-pointer kernels and device syncs it runs record like the cuda backend's (its own
-// copy of them), and take a refused op's place where they run; its NVSHMEM all_to_all_v record
-// is raised by its next op.
+// copy of them), and take a refused op's place where they run; the error query raises their
+// records and its NVSHMEM all_to_all_v record.
 void* NvshmemBackend::extension(const std::string& name) {
-  if (name == kRaiseAsyncErrorExtension) return reinterpret_cast<void*>(&cuda_raise_async_errors);
+  if (name == kRaiseAsyncErrorExtension) return reinterpret_cast<void*>(&raise_async_errors);
   if (name == kRefuseOpExtension) return reinterpret_cast<void*>(&refuse_op_entry);
   return nullptr;
+}
+
+void NvshmemBackend::raise_async_errors(const Group& group, const char* op) {
+  cuda_raise_async_errors(group, op);
+  if (NvshmemBackend* b = g_live.load(std::memory_order_acquire))
+    b->raise_a2av_error(op, group.valid() ? group.rank() : -1);
 }
 
 long long* NvshmemBackend::a2av_record() {

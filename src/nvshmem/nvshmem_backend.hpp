@@ -24,11 +24,16 @@ class NvshmemBackend final : public Backend {
  private:
   // Host-mapped record of all_to_all_v's device-side argument errors (5 x int64).
   long long* a2av_record();
-  void raise_pending(const char* op, int rank);
+  // Raises (and clears) what all_to_all_v's kernels recorded; after a synchronisation or from
+  // the error query only, never before an op's launch (docs/design.md, "Stream-ordered errors").
+  void raise_a2av_error(const char* op, int rank);
   void finish(const OpArgs& a, const char* op, int rank);
   static bool group_all_direct(const OpArgs& a);
 
  public:
+  // The error query's entry (extension "raise_async_error"): the peer-pointer kernels' records
+  // and this backend's all_to_all_v record.
+  static void raise_async_errors(const Group& group, const char* op);
   // Whether run() takes the cuda backend's peer-pointer kernels (cuda_run_op) for this op: where
   // a refused op can be signalled to the peers (NOTE [refused ops]). May ask for the workspace.
   static bool runs_on_cuda_kernels(const OpArgs& a);

@@ -16,7 +16,8 @@
 // so each rank holds the full matrix M[src][dst] and can place its block for peer p at
 // sum_{q<me} M[q][p] in p's receive area without a host round trip. Capacity overflows and
 // (MPI style) count disagreements are detected on the device, recorded, and raised by the host
-// as InvalidArgument after the null stream's synchronisation, or by the next nvshmem op.
+// as InvalidArgument after the null stream's synchronisation, or by the group's error query
+// (Group::check_async_error), never by the next op before its launch.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -296,10 +297,9 @@ void copy_async(void* dst, const void* src, size_t bytes, cudaStream_t stream, c
 
 // ---- NvshmemBackend::run ------------------------------------------------------------------------
 
-void NvshmemBackend::raise_pending(const char* op, int rank) {
-  cuda::raise_device_timeout(op, rank);
-  long long* rec = a2av_record();
-  if (__atomic_load_n(&rec[0], __ATOMIC_ACQUIRE) != 1) return;
+void NvshmemBackend::raise_a2av_error(const char* op, int rank) {
+  long long* rec = a2av_record_;
+  if (rec == nullptr || __atomic_load_n(&rec[0], __ATOMIC_ACQUIRE) != 1) return;
   const long long kind = rec[1], peer = rec[2], value = rec[3], expected = rec[4];
   __atomic_store_n(&rec[0], 0, __ATOMIC_RELEASE);
   std::ostringstream os;
@@ -317,7 +317,8 @@ void NvshmemBackend::raise_pending(const char* op, int rank) {
 void NvshmemBackend::finish(const OpArgs& a, const char* op, int rank) {
   if (a.stream == nullptr) {
     SYMMEM_CUDART_CHECK(op, rank, cudaStreamSynchronize(nullptr));
-    raise_pending(op, rank);
+    cuda::raise_device_timeout(op, rank);
+    raise_a2av_error(op, rank);
     cuda_raise_op_error(op, rank);  // the peer-pointer kernels' (NOTE [device-detected errors])
   }
 }
@@ -337,7 +338,10 @@ void NvshmemBackend::run(const OpArgs& a) {
   SYMMEM_INTERNAL_CHECK(a.group != nullptr);
   const char* op = to_string(a.kind);
   const int rank = a.group->rank();
-  raise_pending(op, rank);
+  // An earlier timeout only: the argument errors the kernels record are raised after a
+  // synchronisation (finish) or by the error query, so that no rank skips a launch its peers
+  // made (docs/design.md, "Stream-ordered errors").
+  cuda::raise_device_timeout(op, rank);
   cuda::DeviceGuard guard(a.device.index);
   switch (a.kind) {
     case OpKind::all_reduce:
