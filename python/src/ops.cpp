@@ -512,6 +512,32 @@ void bind_one_sided(nb::module_& m) {
               "stream: object = None, timeout: float | datetime.timedelta | None = None) -> None"),
       "Barrier over the group's workspace signal pads (device: that of the group's latest "
       "allocation unless given).");
+
+  m.def(
+      "refuse",
+      [](const std::string& op, nb::handle group, nb::handle device, nb::handle stream,
+         nb::handle timeout, const std::string& message) {
+        const OpInfo* row = find_op(op);
+        if (row == nullptr)
+          throw_invalid_argument("refuse", -1, "op", "'" + op + "' is not an op of the op table");
+        OpCall c(row->kind, group, stream, timeout);
+        c.set_device(device);
+        const Group& g = c.group();
+        c.calling();  // the refusal below is the op's
+        nb::gil_scoped_release rel;
+        refuse(row->kind, g, c.opts(), ErrorCode::InvalidArgument, message);
+      },
+      "op"_a, nb::kw_only(), "group"_a.none() = nb::none(), "device"_a.none() = nb::none(),
+      "stream"_a.none() = nb::none(), "timeout"_a.none() = nb::none(), "message"_a = "",
+      nb::sig("def refuse(op: str, *, group: Group | None = None, device: object = None, "
+              "stream: object = None, timeout: float | datetime.timedelta | None = None, "
+              "message: str = '') -> None"),
+      "For layers over these ops with checks of their own (NOTE [refused ops]): when such a "
+      "check fails on some ranks only, call refuse() with the op's group, device and stream "
+      "instead of skipping the op, then raise; the other ranks then fail that op with "
+      "InvalidArgument naming this rank (CPU: at the call; GPU: at the next synchronising call "
+      "or check_async_error()) instead of waiting until their timeout. Never raises for the "
+      "refusal itself.");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@ torch.distributed._symmetric_memory: only the import line differs."""
 
 import ctypes
 import os
+import time
 
 import pytest
 
@@ -265,6 +266,37 @@ def test_all_reduce_bad_input():
         torch.ops.symm_mem.two_shot_all_reduce_(t, "prod", group_name())
     with pytest.raises(ValueError, match="group"):
         torch.ops.symm_mem.two_shot_all_reduce_(t, "sum", "no such group")
+    symm_mem.rendezvous(t, group_name()).barrier()
+
+
+def test_bad_input_on_one_rank_is_named_on_every_rank():
+    # NOTE [refused ops]: this module checks some arguments itself, before the op. When such a
+    # check fails on rank 1 only, rank 1 raises naming the argument and the other ranks fail the
+    # same op naming rank 1, instead of waiting for it until their timeout.
+    w, bad = world_size(), rank() == 1
+    n = 12 * w
+    t = symm_mem.empty(n, device=DEVICE)
+    t.fill_(1.0)
+    inp = symm_mem.empty(16, dtype=torch.float32, device=DEVICE)
+    out = symm_mem.empty(16, dtype=torch.float32, device=DEVICE)
+    so = torch.zeros((2, w), dtype=torch.int64)
+    cases = [
+        ("'out'", lambda: torch.ops.symm_mem.one_shot_all_reduce_out(
+            t, "sum", group_name(), torch.empty(n - 1 if bad else n))),
+        ("'output'", lambda: torch.ops.symm_mem.reduce_scatter_out(
+            t, group_name(), False, torch.empty(12 + 1 if bad else 12))),
+        ("'in_splits'", lambda: torch.ops.symm_mem.all_to_all_vdev_2d(
+            inp, out, torch.full((w,), -1 if bad else 0, dtype=torch.int64), so, group_name())),
+    ]
+    for arg, call in cases:
+        start = time.monotonic()
+        with pytest.raises(symmem.InvalidArgument) as e:
+            call()
+        assert time.monotonic() - start < 10, arg
+        msg = str(e.value)
+        assert (arg in msg) if bad else ("rank 1" in msg), msg
+    x = torch.full((8,), 1.0)
+    assert torch.all(torch.ops.symm_mem.one_shot_all_reduce(x, "sum", group_name()) == w)
     symm_mem.rendezvous(t, group_name()).barrier()
 
 

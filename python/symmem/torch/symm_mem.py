@@ -476,6 +476,26 @@ class _Dst:
         return self.t
 
 
+class _Refusing:
+    """NOTE [refused ops] (src/cuda/kernels/refuse.cu): this module's own checks of an op's
+    arguments run before the op, so one that fails on some ranks only would leave the others
+    waiting in the op until their timeout. An InvalidArgument raised inside the block first
+    refuses `op` (the first collective the function calls) on the group, so the other ranks fail
+    it naming this rank; then it goes on to the caller."""
+
+    def __init__(self, op: str, g: _symmem.Group, device):
+        self.op, self.g, self.device = op, g, device
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, err, tb):
+        if kind is not None and issubclass(kind, _symmem.InvalidArgument):
+            _symmem.refuse(self.op, group=self.g, device=str(torch.device(self.device)),
+                           message=str(err))
+        return False
+
+
 def _same_numel(fn: str, a: torch.Tensor, an: str, b: torch.Tensor, bn: str, rank: int) -> None:
     if a.numel() != b.numel():
         raise _invalid(fn, bn, f"has {b.numel()} elements but '{an}' has {a.numel()}", rank)
@@ -483,7 +503,8 @@ def _same_numel(fn: str, a: torch.Tensor, an: str, b: torch.Tensor, bn: str, ran
 
 def _all_reduce_out(fn, algo, input, reduce_op, group_name, out):
     g = _group(group_name, fn)
-    _same_numel(fn, input, "input", out, "out", g.rank)
+    with _Refusing("all_reduce", g, input.device):
+        _same_numel(fn, input, "input", out, "out", g.rank)
     dst = _Dst(out, g)
     _symmem.all_reduce(_src(input, g), op=reduce_op, algo=algo, out=dst.w, group=g)
     return dst.done()
@@ -499,23 +520,26 @@ def one_shot_all_reduce(input, reduce_op, group_name):
                            torch.empty_like(input, memory_format=torch.contiguous_format))
 
 
-def _copy_in(fn, symm_buffer, local_input):
+def _copy_in(fn, symm_buffer, local_input, group_name):
     if symm_buffer.dtype != local_input.dtype or symm_buffer.numel() < local_input.numel():
-        raise _invalid(fn, "symm_buffer", f"({symm_buffer.numel()} x {symm_buffer.dtype}) cannot "
-                       f"hold 'local_input' ({local_input.numel()} x {local_input.dtype})")
+        g = _group(group_name, fn)
+        with _Refusing("all_reduce", g, local_input.device):
+            raise _invalid(fn, "symm_buffer", f"({symm_buffer.numel()} x {symm_buffer.dtype}) "
+                           f"cannot hold 'local_input' ({local_input.numel()} x "
+                           f"{local_input.dtype})", g.rank)
     buf = symm_buffer.reshape(-1)[:local_input.numel()].view(local_input.shape)
     buf.copy_(local_input)
     return buf
 
 
 def one_shot_all_reduce_copy_out(symm_buffer, local_input, reduce_op, group_name, out):
-    buf = _copy_in("one_shot_all_reduce_copy_out", symm_buffer, local_input)
+    buf = _copy_in("one_shot_all_reduce_copy_out", symm_buffer, local_input, group_name)
     return _all_reduce_out("one_shot_all_reduce_copy_out", "one_shot", buf, reduce_op, group_name,
                            out)
 
 
 def one_shot_all_reduce_copy(symm_buffer, local_input, reduce_op, group_name):
-    buf = _copy_in("one_shot_all_reduce_copy", symm_buffer, local_input)
+    buf = _copy_in("one_shot_all_reduce_copy", symm_buffer, local_input, group_name)
     return _all_reduce_out("one_shot_all_reduce_copy", "one_shot", buf, reduce_op, group_name,
                            torch.empty_like(local_input, memory_format=torch.contiguous_format))
 
@@ -535,20 +559,22 @@ def reduce_scatter_out(input, group_name, split_last_dim, output):
     fn = "reduce_scatter_out"
     g = _group(group_name, fn)
     w = g.world_size
-    if split_last_dim:
-        last = input.shape[-1] if input.dim() else 1
-        if last % w:
-            raise _invalid(fn, "input", f"has a last dimension of {last}, not divisible by the "
-                           f"world size {w}", g.rank)
-        send = input.reshape(-1, w, last // w).transpose(0, 1).contiguous()
-    else:
-        if input.numel() % w:
-            raise _invalid(fn, "input", f"has {input.numel()} elements, not divisible by the "
-                           f"world size {w}", g.rank)
-        send = _src(input, g)
-    if output.numel() * w != input.numel():
-        raise _invalid(fn, "output", f"has {output.numel()} elements; it takes "
-                       f"{input.numel() // w} (input's {input.numel()} / world size {w})", g.rank)
+    with _Refusing("reduce_scatter", g, input.device):
+        if split_last_dim:
+            last = input.shape[-1] if input.dim() else 1
+            if last % w:
+                raise _invalid(fn, "input", f"has a last dimension of {last}, not divisible by "
+                               f"the world size {w}", g.rank)
+            send = input.reshape(-1, w, last // w).transpose(0, 1).contiguous()
+        else:
+            if input.numel() % w:
+                raise _invalid(fn, "input", f"has {input.numel()} elements, not divisible by the "
+                               f"world size {w}", g.rank)
+            send = _src(input, g)
+        if output.numel() * w != input.numel():
+            raise _invalid(fn, "output", f"has {output.numel()} elements; it takes "
+                           f"{input.numel() // w} (input's {input.numel()} / world size {w})",
+                           g.rank)
     dst = _Dst(output, g)
     _symmem.reduce_scatter(send, dst.w, op="sum", group=g)
     return dst.done()
@@ -561,13 +587,15 @@ def all_to_all_vdev(input, out, in_splits, out_splits_offsets, group_name):
     g = _group(group_name, fn)
     w = g.world_size
     row = input[0].numel() if input.dim() > 1 and input.shape[0] else 1
-    if out.dim() > 1 and out.shape[0] and out[0].numel() != row:
-        raise _invalid(fn, "out", f"has rows of {out[0].numel()} elements but 'input' has rows "
-                       f"of {row}", g.rank)
-    if in_splits.numel() != w or tuple(out_splits_offsets.shape) != (2, w):
-        raise _invalid(fn, "out_splits_offsets" if in_splits.numel() == w else "in_splits",
-                       f"must have shape (2, {w}) and ({w},) respectively; got "
-                       f"{tuple(out_splits_offsets.shape)} and {tuple(in_splits.shape)}", g.rank)
+    with _Refusing("all_to_all_v", g, input.device):
+        if out.dim() > 1 and out.shape[0] and out[0].numel() != row:
+            raise _invalid(fn, "out", f"has rows of {out[0].numel()} elements but 'input' has "
+                           f"rows of {row}", g.rank)
+        if in_splits.numel() != w or tuple(out_splits_offsets.shape) != (2, w):
+            raise _invalid(fn, "out_splits_offsets" if in_splits.numel() == w else "in_splits",
+                           f"must have shape (2, {w}) and ({w},) respectively; got "
+                           f"{tuple(out_splits_offsets.shape)} and {tuple(in_splits.shape)}",
+                           g.rank)
     counts = in_splits.reshape(-1) * row if row > 1 else in_splits.reshape(-1)
     recv_counts = torch.empty(w, dtype=torch.int64, device=input.device)
     recv_offsets = torch.empty(w, dtype=torch.int64, device=input.device)
@@ -612,23 +640,24 @@ def all_to_all_vdev_2d(input, out, in_splits, out_splits_offsets, group_name, ma
     fn = "all_to_all_vdev_2d"
     g = _group(group_name, fn)
     w, r = g.world_size, g.rank
-    row = _rows_of(fn, input, out, r)
-    if in_splits.numel() == 0 or in_splits.numel() % w:
-        raise _invalid(fn, "in_splits", f"has {in_splits.numel()} entries, not a positive "
-                       f"multiple of the world size {w} (ranks x experts per rank)", r)
-    ne = in_splits.numel() // w
-    _int64_shape(fn, "in_splits", in_splits.reshape(-1), (w * ne,), r)
-    _int64_shape(fn, "out_splits_offsets", out_splits_offsets, (2, w * ne), r)
-    align = 1 if major_align is None else int(major_align)
-    if align <= 0:
-        raise _invalid(fn, "major_align", f"= {align}; it must be positive", r)
-    splits = in_splits.reshape(-1).to("cpu")
-    if bool((splits < 0).any()):
-        raise _invalid(fn, "in_splits", f"has a negative split: {splits.tolist()}", r)
-    need = int(splits.sum())
-    rows_in = input.shape[0] if input.dim() else 1
-    if rows_in < need:
-        raise _invalid(fn, "input", f"has {rows_in} rows; in_splits sends {need}", r)
+    with _Refusing("all_to_all", g, input.device):  # the splits' exchange comes first
+        row = _rows_of(fn, input, out, r)
+        if in_splits.numel() == 0 or in_splits.numel() % w:
+            raise _invalid(fn, "in_splits", f"has {in_splits.numel()} entries, not a positive "
+                           f"multiple of the world size {w} (ranks x experts per rank)", r)
+        ne = in_splits.numel() // w
+        _int64_shape(fn, "in_splits", in_splits.reshape(-1), (w * ne,), r)
+        _int64_shape(fn, "out_splits_offsets", out_splits_offsets, (2, w * ne), r)
+        align = 1 if major_align is None else int(major_align)
+        if align <= 0:
+            raise _invalid(fn, "major_align", f"= {align}; it must be positive", r)
+        splits = in_splits.reshape(-1).to("cpu")
+        if bool((splits < 0).any()):
+            raise _invalid(fn, "in_splits", f"has a negative split: {splits.tolist()}", r)
+        need = int(splits.sum())
+        rows_in = input.shape[0] if input.dim() else 1
+        if rows_in < need:
+            raise _invalid(fn, "input", f"has {rows_in} rows; in_splits sends {need}", r)
     got = _exchange_splits(splits, g).view(w, ne)  # got[s][e]: rows from s for expert e
     # Expert-major output offsets, torch's rule: block e starts where block e - 1's aligned
     # length ends; within a block, the ranks' rows follow in rank order.
@@ -681,24 +710,25 @@ def all_to_all_vdev_2d_offset(input, out, in_splits_offsets, out_splits_offsets,
     fn = "all_to_all_vdev_2d_offset"
     g = _group(group_name, fn)
     w, r = g.world_size, g.rank
-    row = _rows_of(fn, input, out, r)
-    if in_splits_offsets.dim() != 2 or in_splits_offsets.shape[0] != 2 or \
-            in_splits_offsets.shape[1] == 0 or in_splits_offsets.shape[1] % w:
-        raise _invalid(fn, "in_splits_offsets", f"must have shape (2, experts per rank x {w}); "
-                       f"got {tuple(in_splits_offsets.shape)}", r)
-    ne = in_splits_offsets.shape[1] // w
-    _int64_shape(fn, "in_splits_offsets", in_splits_offsets, (2, ne * w), r)
-    _int64_shape(fn, "out_splits_offsets", out_splits_offsets, (2, w * ne), r)
-    so = in_splits_offsets.to("cpu")
-    splits, starts = so[0].view(ne, w), so[1].view(ne, w)  # [e][d]
-    if bool((splits < 0).any()) or bool((starts < 0).any()):
-        raise _invalid(fn, "in_splits_offsets", f"has a negative split or offset: {so.tolist()}",
-                       r)
-    rows_in = input.shape[0] if input.dim() else 1
-    ends = starts + splits
-    if splits.numel() and int(ends.max()) > rows_in:
-        raise _invalid(fn, "input", f"has {rows_in} rows; in_splits_offsets reaches row "
-                       f"{int(ends.max())}", r)
+    with _Refusing("all_to_all", g, input.device):  # the splits' exchange comes first
+        row = _rows_of(fn, input, out, r)
+        if in_splits_offsets.dim() != 2 or in_splits_offsets.shape[0] != 2 or \
+                in_splits_offsets.shape[1] == 0 or in_splits_offsets.shape[1] % w:
+            raise _invalid(fn, "in_splits_offsets", f"must have shape (2, experts per rank x {w}); "
+                           f"got {tuple(in_splits_offsets.shape)}", r)
+        ne = in_splits_offsets.shape[1] // w
+        _int64_shape(fn, "in_splits_offsets", in_splits_offsets, (2, ne * w), r)
+        _int64_shape(fn, "out_splits_offsets", out_splits_offsets, (2, w * ne), r)
+        so = in_splits_offsets.to("cpu")
+        splits, starts = so[0].view(ne, w), so[1].view(ne, w)  # [e][d]
+        if bool((splits < 0).any()) or bool((starts < 0).any()):
+            raise _invalid(fn, "in_splits_offsets",
+                           f"has a negative split or offset: {so.tolist()}", r)
+        rows_in = input.shape[0] if input.dim() else 1
+        ends = starts + splits
+        if splits.numel() and int(ends.max()) > rows_in:
+            raise _invalid(fn, "input", f"has {rows_in} rows; in_splits_offsets reaches row "
+                           f"{int(ends.max())}", r)
     got = _exchange_splits(splits.t().contiguous().reshape(-1), g).view(w, ne)  # [s][e]
     # Pack what goes to each rank (its experts' rows in expert order), then one all_to_all_v
     # lands it rank-major and packed, which is the output layout (a too small `out` fails there,
