@@ -193,16 +193,16 @@ void* NcclBackend::extension(const std::string& name) {
   return nullptr;
 }
 
+std::shared_ptr<Comm> NcclBackend::known_comm_locked(const Group& group) const {
+  auto it = user_comms_.find(group.name());
+  if (it != user_comms_.end()) return it->second;
+  auto own = own_comms_.find(group.name());
+  return own != own_comms_.end() ? own->second.lock() : nullptr;
+}
+
 std::shared_ptr<Comm> NcclBackend::existing_comm(const Group& group, int device) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::shared_ptr<Comm> c;
-  auto it = user_comms_.find(group.name());
-  if (it != user_comms_.end()) {
-    c = it->second;
-  } else {
-    auto own = own_comms_.find(group.name());
-    if (own != own_comms_.end()) c = own->second.lock();
-  }
+  std::shared_ptr<Comm> c = known_comm_locked(group);
   if (c && (c->device != device || !c->symmetric_confirmed)) return nullptr;
   return c;
 }
@@ -250,13 +250,7 @@ std::shared_ptr<Comm> NcclBackend::comm_for(const Group& group, int device, cons
   std::shared_ptr<Comm> c;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = user_comms_.find(group.name());
-    if (it != user_comms_.end()) {
-      c = it->second;
-    } else {
-      auto own = own_comms_.find(group.name());
-      if (own != own_comms_.end()) c = own->second.lock();
-    }
+    c = known_comm_locked(group);
     if (c) {
       SYMMEM_CHECK_ARG(op, group.rank(), c->device == device, "device",
                        "is cuda:" << device << " but group '" << group.name()

@@ -107,6 +107,8 @@ class NcclBackend final : public Backend {
   std::shared_ptr<Comm> existing_comm(const Group& group, int device);
 
  private:
+  // The group's communicator (handed in, else made by symmem and still alive), or null; mu_ held.
+  std::shared_ptr<Comm> known_comm_locked(const Group& group) const;
   std::shared_ptr<Comm> create_comm(const Group& group, int device, const char* op);
   // The communicator of the group `group` was shrunk from, when this rank can shrink it (NOTE
   // [nccl abort]); null, with the reason in *why, otherwise.
