@@ -164,74 +164,71 @@ __global__ void __launch_bounds__(kThreads, 2) ll_kernel(const LLArgs a) {
           store8_any<kEs>(to, v[p], nb);
         }
       }
-    } else if (a.reduce) {
-      // Any world size: the peers in rank order, combined as they come.
-      V8 acc;
-      bool refused = false;
-      for (int p = 0; p < world; ++p) {
-        uint64_t v = 0;
-        if (p == rank) {
-          v = load8_any<kEs>(own + u * 8, nb);
-        } else {
-          int code = 0;
-          const Poll got = poll_packet(mine + static_cast<size_t>(p) * slot + at, flag, refuse_flag,
-                                       deadline, s, p, &v, &code);
-          if (got == Poll::timeout) {
-            ok = false;
-            break;
-          }
-          if (got == Poll::refused) {
-            refused = true;
-            refused_by = p;
-            refused_code = code;
-          }
-        }
-        if (refused) continue;
-        if (p == 0) {
-          acc.load(v);
-        } else {
-          acc.combine_with(a.red, v);
-        }
-      }
-      if (!ok) break;
-      if (refused) continue;
-      uint64_t r;
-      acc.store(a.red, world, r);
-      store8_any<kEs>(a.recv + u * 8, r, nb);
     } else {
-      // Any world size, gather: every peer's packet first, then the stores (packets stay in
-      // place until every rank has finished this epoch).
-      bool refused = false;
-      for (int p = 0; p < world; ++p) {
-        if (p == rank) continue;
-        uint64_t v = 0;
+      // Any world size. Waits for peer p's packet of this unit: false on timeout; a refusal sets
+      // *refused (and refused_by, refused_code) and leaves *v alone.
+      auto wait_peer = [&](int p, uint64_t* v, bool* refused) {
         int code = 0;
         const Poll got = poll_packet(mine + static_cast<size_t>(p) * slot + at, flag, refuse_flag,
-                                     deadline, s, p, &v, &code);
-        if (got == Poll::timeout) {
-          ok = false;
-          break;
-        }
+                                     deadline, s, p, v, &code);
         if (got == Poll::refused) {
-          refused = true;
+          *refused = true;
           refused_by = p;
           refused_code = code;
         }
-      }
-      if (!ok) break;
-      if (refused) continue;
-      for (int i = 0; i < world; ++i) {
-        const int p = rank + i < world ? rank + i : rank + i - world;
-        char* to = a.recv + p * a.recv_stride + u * 8;
-        uint64_t v;
-        if (p == rank) {
-          if (own + u * 8 == to) continue;  // in place
-          v = load8_any<kEs>(own + u * 8, nb);
-        } else {
-          const uint4 q = dev::ld_v4_volatile(mine + static_cast<size_t>(p) * slot + at);
-          v = static_cast<uint64_t>(q.x) | (static_cast<uint64_t>(q.z) << 32);
+        return got != Poll::timeout;
+      };
+      if (a.reduce) {
+        // The peers in rank order, combined as they come.
+        V8 acc;
+        bool refused = false;
+        for (int p = 0; p < world; ++p) {
+          uint64_t v = 0;
+          if (p == rank) {
+            v = load8_any<kEs>(own + u * 8, nb);
+          } else if (!wait_peer(p, &v, &refused)) {
+            ok = false;
+            break;
+          }
+          if (refused) continue;
+          if (p == 0) {
+            acc.load(v);
+          } else {
+            acc.combine_with(a.red, v);
+          }
         }
-        store8_any<kEs>(to, v, nb);
+        if (!ok) break;
+        if (refused) continue;
+        uint64_t r;
+        acc.store(a.red, world, r);
+        store8_any<kEs>(a.recv + u * 8, r, nb);
+      } else {
+        // Gather: every peer's packet first, then the stores (packets stay in place until every
+        // rank has finished this epoch).
+        bool refused = false;
+        for (int p = 0; p < world; ++p) {
+          if (p == rank) continue;
+          uint64_t v = 0;
+          if (!wait_peer(p, &v, &refused)) {
+            ok = false;
+            break;
+          }
+        }
+        if (!ok) break;
+        if (refused) continue;
+        for (int i = 0; i < world; ++i) {
+          const int p = rank + i < world ? rank + i : rank + i - world;
+          char* to = a.recv + p * a.recv_stride + u * 8;
+          uint64_t v;
+          if (p == rank) {
+            if (own + u * 8 == to) continue;  // in place
+            v = load8_any<kEs>(own + u * 8, nb);
+          } else {
+            const uint4 q = dev::ld_v4_volatile(mine + static_cast<size_t>(p) * slot + at);
+            v = static_cast<uint64_t>(q.x) | (static_cast<uint64_t>(q.z) << 32);
+          }
+          store8_any<kEs>(to, v, nb);
+        }
       }
     }
   }
