@@ -190,6 +190,14 @@ static_assert(sizeof(Desc) <= detail::kDescFixedBytes);
 // What one op call looks like, for checking and running.
 struct Call {
   explicit Call(OpKind k) : kind(k), info(op_info(k)), op(info.name) {}
+  // The arguments every buffer op of the public API has.
+  Call(OpKind k, const Group& g, const void* s, void* r, size_t n, DType dt) : Call(k) {
+    group = &g;
+    send = s;
+    recv = r;
+    count = n;
+    dtype = dt;
+  }
   OpKind kind;
   const OpInfo& info;  // the op's row (NOTE [op table])
   const char* op;
@@ -916,12 +924,7 @@ void run_collective(Call& c, const OpOptions& o) {
 // ---- all_reduce --------------------------------------------------------------------------------
 void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                 const Group& group, const OpOptions& options) {
-  Call c(OpKind::all_reduce);
-  c.group = &group;
-  c.send = send;
-  c.recv = recv;
-  c.count = count;
-  c.dtype = dtype;
+  Call c(OpKind::all_reduce, group, send, recv, count, dtype);
   c.redop = op;
   c.algo = options.algo;
   run_collective(c, options);
@@ -934,12 +937,7 @@ void all_reduce(const SymmetricMemory& buf, size_t count, DType dtype, ReduceOp 
   OpOptions o = options;
   if (!o.device) o.device = buf.device();
   void* p = buf.ptr(buf.rank());
-  Call c(OpKind::all_reduce);
-  c.group = &group;
-  c.send = p;
-  c.recv = p;
-  c.count = count;
-  c.dtype = dtype;
+  Call c(OpKind::all_reduce, group, p, p, count, dtype);
   c.redop = op;
   c.algo = o.algo;
   c.check_first = true;
@@ -967,35 +965,20 @@ void all_reduce(const SymmetricMemory& buf, size_t count, DType dtype, ReduceOp 
 // ---- reduce_scatter, all_gather, all_to_all: checked from their rows --------------------------
 void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op,
                     const Group& group, const OpOptions& options) {
-  Call c(OpKind::reduce_scatter);
-  c.group = &group;
-  c.send = send;
-  c.recv = recv;
-  c.count = recv_count;
-  c.dtype = dtype;
+  Call c(OpKind::reduce_scatter, group, send, recv, recv_count, dtype);
   c.redop = op;
   run_collective(c, options);
 }
 
 void all_gather(const void* send, void* recv, size_t send_count, DType dtype, const Group& group,
                 const OpOptions& options) {
-  Call c(OpKind::all_gather);
-  c.group = &group;
-  c.send = send;
-  c.recv = recv;
-  c.count = send_count;
-  c.dtype = dtype;
+  Call c(OpKind::all_gather, group, send, recv, send_count, dtype);
   run_collective(c, options);
 }
 
 void all_to_all(const void* send, void* recv, size_t count, DType dtype, const Group& group,
                 const OpOptions& options) {
-  Call c(OpKind::all_to_all);
-  c.group = &group;
-  c.send = send;
-  c.recv = recv;
-  c.count = count;
-  c.dtype = dtype;
+  Call c(OpKind::all_to_all, group, send, recv, count, dtype);
   run_collective(c, options);
 }
 
@@ -1003,11 +986,7 @@ void all_to_all(const void* send, void* recv, size_t count, DType dtype, const G
 void all_to_all_v(const void* send, const int64_t* send_counts, void* recv, int64_t* recv_counts,
                   int64_t* recv_offsets, size_t recv_capacity, DType dtype, const Group& group,
                   const AllToAllVOptions& options) {
-  Call c(OpKind::all_to_all_v);
-  c.group = &group;
-  c.send = send;
-  c.recv = recv;
-  c.dtype = dtype;
+  Call c(OpKind::all_to_all_v, group, send, recv, 0, dtype);
   c.send_counts = send_counts;
   c.recv_counts = recv_counts;
   c.recv_offsets = recv_offsets;
@@ -1067,12 +1046,7 @@ void all_to_all_v(const void* send, const int64_t* send_counts, void* recv, int6
 // ---- broadcast ---------------------------------------------------------------------------------
 void broadcast(const void* send, void* recv, size_t count, DType dtype, int root,
                const Group& group, const OpOptions& options) {
-  Call c(OpKind::broadcast);
-  c.group = &group;
-  c.send = send;
-  c.recv = recv;
-  c.count = count;
-  c.dtype = dtype;
+  Call c(OpKind::broadcast, group, send, recv, count, dtype);
   c.root = root;
   run_collective(c, options, [](Call& c) {
     if (c.root < 0 || c.root >= c.world)
