@@ -51,6 +51,10 @@
 // record at different moments, so one rank could throw (launching nothing) while its peer
 // launched, and the peer's kernel would wait for nothing. (Device-side timeouts are still raised
 // before the next launch: a timed-out group is out of step anyway.)
+// Each group has its own record: the process's records are a table with one per abort slot
+// (NOTE [device abort] in timeout_record.hpp) and one shared by groups without a slot (past the
+// table's last), so a synchronising call of one group never raises, nor clears, what the device
+// found in another group's op.
 
 #include "cuda/cuda_ops.hpp"
 
@@ -139,7 +143,9 @@ struct WsState {
 
 struct Process {
   std::mutex mu;
-  int32_t* op_error = nullptr;  // host-mapped, K::kOpErrorRecordInts
+  // Host-mapped op error records, K::kOpErrorRecordInts each: [slot] for the group of that
+  // abort slot, [kAbortSlots] for groups without one (NOTE [device-detected errors]).
+  int32_t* op_error = nullptr;
   std::unordered_map<const symmem::BackendMemory*, WsState> ws;
   // The latest workspace seen per group (Group::Impl), to refuse growth during capture before
   // the core would try to allocate.
@@ -228,11 +234,20 @@ const char* op_error_name(K::OpErrorCode code) {
   }
 }
 
+// The op error record of the group with abort slot `slot` (-1: none) in the table at `table`.
+int32_t* op_error_record(int32_t* table, int32_t slot) {
+  if (table == nullptr) return nullptr;
+  const bool own = slot >= 0 && slot < symmem::cuda::kAbortSlots;
+  return table + static_cast<size_t>(own ? slot : symmem::cuda::kAbortSlots) *
+                     static_cast<size_t>(K::kOpErrorRecordInts);
+}
+
 }  // namespace
 
-// Raises (and clears) a device-detected error of an earlier op (NOTE [device-detected errors]).
-void cuda_raise_op_error(std::string_view op, int rank) {
-  int32_t* rec = proc().op_error;
+// Raises (and clears) a device-detected error of an earlier op of the group with abort slot
+// `abort_slot` (NOTE [device-detected errors]).
+void cuda_raise_op_error(std::string_view op, int rank, int32_t abort_slot) {
+  int32_t* rec = op_error_record(proc().op_error, abort_slot);
   if (rec == nullptr) return;
   volatile int32_t* v = rec;
   if (v[0] != 1) return;
@@ -702,10 +717,11 @@ Ws get_ws(const Call& c, size_t data_bytes) {
     } else {
       if (c.capturing) throw_warm_up(c, need);
       if (P.op_error == nullptr) {
+        constexpr size_t bytes =
+            (symmem::cuda::kAbortSlots + 1) * K::kOpErrorRecordInts * sizeof(int32_t);
         void* h = nullptr;
-        SYMMEM_GK_CHECK(c, cudaHostAlloc(&h, K::kOpErrorRecordInts * sizeof(int32_t),
-                                         cudaHostAllocMapped | cudaHostAllocPortable));
-        std::memset(h, 0, K::kOpErrorRecordInts * sizeof(int32_t));
+        SYMMEM_GK_CHECK(c, cudaHostAlloc(&h, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
+        std::memset(h, 0, bytes);
         P.op_error = static_cast<int32_t*>(h);
       }
       for (auto e = P.ws.begin(); e != P.ws.end();) {
@@ -739,10 +755,10 @@ Ws get_ws(const Call& c, size_t data_bytes) {
   w.sync.world = c.world;
   w.sync.timeout_ns = c.timeout_ns;
   w.sync.timeout_record = trec;
-  w.sync.error_record = P.op_error;
   // NOTE [device abort] (timeout_record.hpp)
   const symmem::cuda::AbortSlot abort =
       c.a.group != nullptr ? symmem::cuda::abort_slot(*c.a.group) : symmem::cuda::AbortSlot{};
+  w.sync.error_record = op_error_record(P.op_error, abort.slot);
   w.sync.abort_word = abort.word;
   w.sync.abort_slot = abort.slot;
   w.sync.orphan_flag = orphan;  // NOTE [orphan stop flags]
@@ -1418,8 +1434,9 @@ int cuda_tuning_signature(const symmem::Group& group, int device, char* buf, siz
 
 void cuda_raise_async_errors(const symmem::Group& group, const char* op) {
   const int rank = group.valid() ? group.rank() : -1;
-  symmem::cuda::raise_device_timeout(op, rank, symmem::cuda::abort_slot(group).slot);
-  cuda_raise_op_error(op, rank);
+  const int32_t slot = symmem::cuda::abort_slot(group).slot;
+  symmem::cuda::raise_device_timeout(op, rank, slot);
+  cuda_raise_op_error(op, rank, slot);
 }
 
 void cuda_run_op(const OpArgs& a) {

@@ -25,9 +25,10 @@ void cuda_refuse_op(const symmem::OpArgs& args, symmem::ErrorCode code) noexcept
 void cuda_refuse_op_routed(const symmem::OpArgs& args, symmem::ErrorCode code,
                            bool (*route)(const symmem::OpArgs& args)) noexcept;
 
-// Raises (and clears) a device-detected op error of this plugin's earlier GPU ops (NOTE
-// [device-detected errors]); returns when there is none. For the calls that synchronise.
-void cuda_raise_op_error(std::string_view op, int rank);
+// Raises (and clears) a device-detected op error of this plugin's earlier GPU ops of the group
+// with abort slot `abort_slot` (-1: the groups without one; NOTE [device-detected errors]);
+// returns when there is none. For the calls that synchronise.
+void cuda_raise_op_error(std::string_view op, int rank, int32_t abort_slot);
 
 // The plugin's Backend::extension(kRaiseAsyncErrorExtension) (Group::check_async_error): raises
 // a device-side timeout or abort record and a device-detected op error of this plugin's earlier

@@ -138,7 +138,7 @@ void synchronize_and_raise(std::string_view op, int rank, cudaStream_t stream, M
     throw_cudart_error(op, rank, "cudaStreamSynchronize", e, SYMMEM_WHERE);
   }
   raise_device_timeout(op, rank, abort_slot);
-  cuda_raise_op_error(op, rank);  // NOTE [device-detected errors] in cuda_ops.cu
+  cuda_raise_op_error(op, rank, abort_slot);  // NOTE [device-detected errors] in cuda_ops.cu
 }
 
 bool device_timeout_pending() noexcept {

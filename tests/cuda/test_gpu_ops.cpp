@@ -662,6 +662,37 @@ TEST(GpuOps, AllToAllV) {
   }
 }
 
+TEST(GpuOps, DeviceFoundErrorStaysWithItsGroup) {
+  // Each group has its own op error record (NOTE [device-detected errors]): an all_to_all_v
+  // capacity error found on the device in `other`'s op is not raised, nor cleared, by this
+  // group's synchronising calls; `other`'s own error query raises it.
+  const Group& g = g_group;
+  const int n = g.world_size();
+  std::vector<int> all(n);
+  for (int i = 0; i < n; ++i) all[i] = i;
+  Group other = g.split(all);
+  Stream s;
+  std::vector<int64_t> counts(n, 4);
+  DevBuf send(4 * n * 4), dc(3 * n * sizeof(int64_t));
+  auto* d = reinterpret_cast<int64_t*>(dc.get());
+  upload(d, std::vector<char>(reinterpret_cast<char*>(counts.data()),
+                              reinterpret_cast<char*>(counts.data()) + n * 8));
+  AllToAllVOptions o;
+  static_cast<OpOptions&>(o) = opts(s.get());
+  const size_t cap = g.rank() == n - 1 ? 4 * n - 1 : 4 * n;  // the last rank is one short
+  DevBuf recv(cap * 4);
+  barrier(g, opts(s.get()));  // this group's workspace exists before `other` fails
+  all_to_all_v(send.get(), d, recv.get(), d + n, d + 2 * n, cap, DType::f32, other, o);
+  s.sync();
+  barrier(g, opts(nullptr));  // synchronising, this group: nothing of `other` raised
+  g.check_async_error();
+  const std::string culprit = "rank " + std::to_string(n - 1);
+  expect_error([&] { other.check_async_error(); }, ErrorCode::InvalidArgument,
+               {"recv_capacity", "all_to_all_v", culprit.c_str()});
+  other.check_async_error();  // raised once
+  g.store_barrier();
+}
+
 TEST(GpuOps, AllToAllVCapacityExceededIsReported) {
   const Group& g = g_group;
   const int n = g.world_size();
