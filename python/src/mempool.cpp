@@ -8,7 +8,8 @@
 // (empty_cache, the pool's end). Each segment is one symmem allocation over the group that
 // mempool() registered for that device (one group per device and process), so a tensor made
 // inside torch.cuda.use_mem_pool(pool) lies in symmetric memory at some offset of a segment, and
-// symmem.find_memory (rendezvous, the ops) finds it. Allocation is collective: torch's caching
+// symmem.find_memory (rendezvous, the ops) finds it: each segment is registered as the binding's
+// own allocations are. Allocation is collective: torch's caching
 // allocator asks for a segment when its own bookkeeping says so, so every rank must make the
 // same allocations in the same order inside the pool (as torch's own symmetric-memory pool
 // requires). The functions cannot throw into torch: a failed allocation returns null (torch then
@@ -117,6 +118,8 @@ extern "C" __attribute__((visibility("default"))) void* symmem_torch_mempool_all
   try {
     SymmetricMemory mem = allocate(group, size, Device::cuda(device));  // collective
     void* p = mem.ptr(group.rank());
+    // What find_memory (is_symm_mem_tensor, rendezvous, the ops) looks tensors up in.
+    py::register_allocation(mem);
     std::lock_guard<std::mutex> lock(r.mu);
     r.live[p] = std::move(mem);
     return p;
