@@ -17,7 +17,10 @@ verification done) and, for grow trials, time to the whole group again (kill -> 
 N ranks done), median / p95 / max, and where a survivor's recovery time goes (error -> old memory
 freed -> shrink() returned -> first allocation on the shrunk group -> its first verified op ->
 verified), and exits non-zero on any failed trial. A worker's last words (RECOVERY-SIGNAL,
-RECOVERY-TERMINATE on stderr) are reported as problems.
+RECOVERY-TERMINATE on stderr) are reported as problems, with the C library's own message (glibc's
+"free(): invalid pointer" and the like, sent to stderr by LIBC_FATAL_STDERR_) and the first
+crashed rank's backtrace, its frames named by addr2line where it is installed (the libraries'
+internal functions are hidden from backtrace_symbols).
 """
 import argparse
 import json
@@ -41,6 +44,43 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
+FRAME = re.compile(r"(/\S+)\(\+(0x[0-9a-f]+)\)\[0x[0-9a-f]+\]")
+LIBC_WORDS = ("free(", "corrupted", "double free", "malloc", "munmap_chunk", "realloc(",
+              "stack smashing", "terminate called")
+
+
+def symbolize(line, cache={}):
+    """A backtrace line 'lib(+0xOFF)[0x...]' with addr2line's 'function at file:line' appended."""
+    m = FRAME.search(line)
+    if not m or not os.path.exists(m.group(1)):
+        return line
+    key = (m.group(1), m.group(2))
+    if key not in cache:
+        try:
+            out = subprocess.run(["addr2line", "-f", "-C", "-i", "-e", m.group(1), m.group(2)],
+                                 capture_output=True, text=True, timeout=20).stdout.split("\n")
+            pairs = [f"{out[i]} at {os.path.basename(out[i + 1])}"
+                     for i in range(0, len(out) - 1, 2) if out[i] and out[i] != "??"]
+            cache[key] = " <- ".join(pairs)
+        except (OSError, subprocess.SubprocessError):
+            cache[key] = ""
+    return f"{line}  [{cache[key]}]" if cache[key] else line
+
+
+def last_words(errs):
+    """The C library's fatal messages and the first crashed rank's stderr from its
+    RECOVERY-SIGNAL/-TERMINATE line on (its backtrace), frames named where possible."""
+    out = [l for l in errs if any(w in l for w in LIBC_WORDS)]
+    for i, line in enumerate(errs):
+        m = re.match(r"(\[\d+\] )?.*RECOVERY-(SIGNAL|TERMINATE)", line)
+        if m:
+            prefix = m.group(1) or ""
+            mine = [l for l in errs[i + 1:] if l.startswith(prefix)][:40]
+            out += [symbolize(l) for l in mine]
+            break
+    return out
+
+
 def run_trial(args, trial, rng, grow):
     victim = rng.randrange(args.ranks)
     sock_dir = tempfile.mkdtemp(prefix="symmem-recovery-")
@@ -50,6 +90,7 @@ def run_trial(args, trial, rng, grow):
     if args.device == "cuda":
         env["SYMMEM_ALLOW_SHARED_GPU"] = "1"  # ranks may share a GPU (under MPS)
     env.pop("SYMMEM_RESTART_COUNT", None)
+    env["LIBC_FATAL_STDERR_"] = "1"  # glibc's fatal messages to stderr, not the terminal
     shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     policy = ["--restart-failed", "1"] if grow else ["--keep-going"]
     limit_s = args.timeout_ms / 1000 + 30
@@ -151,7 +192,8 @@ def run_trial(args, trial, rng, grow):
     problems += leftovers(sock_dir, pids, shm_before)
     return {"trial": trial, "grow": grow, "victim": victim, "rc": rc, "to_error_ms": to_error,
             "to_shrunk_ms": to_shrunk, "to_grown_ms": to_grown, "phases_ms": phases,
-            "problems": problems, "tail": (lines[-12:] + errs[-30:]) if problems else []}
+            "problems": problems,
+            "tail": (lines[-12:] + errs[-12:] + last_words(errs)) if problems else []}
 
 
 # Where a survivor's recovery time goes: (name, line it starts at, line it ends at).
