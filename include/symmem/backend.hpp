@@ -165,8 +165,11 @@ using RaiseAsyncErrorFn = void (*)(const Group& group, const char* op);
 // with `code`; args holds what the rank passed, possibly bad) before throwing that error, so
 // that the backend tells the peers, whose kernels already wait for this rank, on the device
 // (NOTE [refused ops] in src/cuda/kernels/refuse.cu). Never throws; does nothing where the
-// backend cannot reach the peers' kernels.
+// backend cannot reach the peers' kernels. args.count is kRefusedCountUnknown when the refusal
+// came from symmem::refuse() without the op's count: the backend then takes it that the peers
+// run the op (a count > 0) in the group's current workspace.
 inline constexpr const char* kRefuseOpExtension = "refuse_op";
+inline constexpr size_t kRefusedCountUnknown = static_cast<size_t>(-1);
 using RefuseOpFn = void (*)(const OpArgs& args, ErrorCode code) noexcept;
 // "tuning_signature": int (*)(const Group& group, int device, char* buf, size_t len): writes the
 // machine signature that the backend's tuning entries are keyed by (NOTE [tuning file] in

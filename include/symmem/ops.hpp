@@ -100,9 +100,14 @@ SYMMEM_API void barrier(const Group& group, const OpOptions& options = {});
 // refuse() with the error instead of skipping the op: the group's other ranks then fail that
 // op with InvalidArgument naming this rank (CPU groups: at the call; GPU groups: at the next
 // synchronising call or Group::check_async_error(), NOTE [refused ops]) instead of waiting
-// until their timeout. `options`: the op's stream, device and timeout. Never throws; put/get
-// and one-rank groups need nothing and get nothing.
+// until their timeout. `options`: the op's stream, device and timeout. `count` and `dtype`: the
+// op's count argument and dtype as the peers pass them, where this rank knows them (its own
+// arrays say); a GPU group's refusal needs them to know whether the peers' op fits the group's
+// workspace, and without a count it takes that it does. A count of 0 on a GPU group refuses
+// nothing (the peers launch nothing). Never throws; put/get and one-rank groups need nothing and
+// get nothing.
 SYMMEM_API void refuse(OpKind kind, const Group& group, const OpOptions& options, ErrorCode code,
-                       const std::string& message) noexcept;
+                       const std::string& message, std::optional<size_t> count = std::nullopt,
+                       DType dtype = DType::f32) noexcept;
 
 }  // namespace symmem

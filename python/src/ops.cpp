@@ -45,8 +45,10 @@ class OpCall {
                                   ? std::string(op_) + ": rank " + std::to_string(g.rank()) +
                                         " refused its arguments (the Python binding's checks)"
                                   : error_;
+      const std::optional<size_t> count = peers_count(g.world_size());
       nb::gil_scoped_release rel;  // a CPU group's refusal meets the peers in the op
-      refuse(kind_, g, opts_, ErrorCode::InvalidArgument, why);
+      refuse(kind_, g, opts_, ErrorCode::InvalidArgument, why, count,
+             count ? *first_dtype_ : DType::f32);
     } catch (...) {
     }
   }
@@ -70,6 +72,10 @@ class OpCall {
     }
     refs_.push_back(import_array(obj, op_, arg, opts_.stream));
     ArrayRef& r = refs_.back();
+    if (refs_.size() == 1) {
+      first_numel_ = r.numel;
+      first_dtype_ = to_symmem_dtype(r.dtype);
+    }
     if (written && r.read_only) fail(-1, arg, "is read-only");
     return r;
   }
@@ -142,6 +148,25 @@ class OpCall {
   const char* op() const { return op_; }
 
  private:
+  // The op's count argument as the peers pass it, judged from this rank's first array (its send
+  // buffer), for a refusal on a GPU group; nullopt when that says nothing.
+  std::optional<size_t> peers_count(int world) const {
+    if (!first_numel_ || !first_dtype_) return std::nullopt;
+    const size_t n = *first_numel_, w = static_cast<size_t>(std::max(world, 1));
+    switch (kind_) {
+      case OpKind::all_reduce:
+      case OpKind::all_gather:
+      case OpKind::broadcast:
+        return n;
+      case OpKind::reduce_scatter:
+      case OpKind::all_to_all:
+        if (n % w == 0) return n / w;
+        return std::nullopt;
+      default:
+        return std::nullopt;
+    }
+  }
+
   // Throws InvalidArgument, keeping its message for the refusal (~OpCall).
   [[noreturn]] void fail(int rank, std::string_view arg, const std::string& what) {
     try {
@@ -163,6 +188,8 @@ class OpCall {
   int uncaught_ = std::uncaught_exceptions();
   bool called_ = false;
   std::string error_;
+  std::optional<size_t> first_numel_;  // of the first array added (peers_count)
+  std::optional<DType> first_dtype_;
 };
 
 // The symmetric memory of a put/get target: a SymmetricArray of this rank, or a foreign array
@@ -516,28 +543,40 @@ void bind_one_sided(nb::module_& m) {
   m.def(
       "refuse",
       [](const std::string& op, nb::handle group, nb::handle device, nb::handle stream,
-         nb::handle timeout, const std::string& message) {
+         nb::handle timeout, const std::string& message, std::optional<int64_t> count,
+         std::optional<std::string> dtype) {
         const OpInfo* row = find_op(op);
         if (row == nullptr)
           throw_invalid_argument("refuse", -1, "op", "'" + op + "' is not an op of the op table");
+        if (count && *count < 0)
+          throw_invalid_argument("refuse", -1, "count", "= " + std::to_string(*count) + " < 0");
+        // A dtype that is no name of the table leaves the count unknown (the refusal goes on).
+        const DTypeInfo* t = dtype ? find_dtype(std::string_view(*dtype)) : nullptr;
         OpCall c(row->kind, group, stream, timeout);
         c.set_device(device);
         const Group& g = c.group();
         c.calling();  // the refusal below is the op's
+        std::optional<size_t> n;
+        if (count && t != nullptr) n = static_cast<size_t>(*count);
         nb::gil_scoped_release rel;
-        refuse(row->kind, g, c.opts(), ErrorCode::InvalidArgument, message);
+        refuse(row->kind, g, c.opts(), ErrorCode::InvalidArgument, message, n,
+               t != nullptr ? t->dtype : DType::f32);
       },
       "op"_a, nb::kw_only(), "group"_a.none() = nb::none(), "device"_a.none() = nb::none(),
       "stream"_a.none() = nb::none(), "timeout"_a.none() = nb::none(), "message"_a = "",
+      "count"_a.none() = nb::none(), "dtype"_a.none() = nb::none(),
       nb::sig("def refuse(op: str, *, group: Group | None = None, device: object = None, "
               "stream: object = None, timeout: float | datetime.timedelta | None = None, "
-              "message: str = '') -> None"),
+              "message: str = '', count: int | None = None, dtype: str | None = None) -> None"),
       "For layers over these ops with checks of their own (NOTE [refused ops]): when such a "
       "check fails on some ranks only, call refuse() with the op's group, device and stream "
       "instead of skipping the op, then raise; the other ranks then fail that op with "
       "InvalidArgument naming this rank (CPU: at the call; GPU: at the next synchronising call "
-      "or check_async_error()) instead of waiting until their timeout. Never raises for the "
-      "refusal itself.");
+      "or check_async_error()) instead of waiting until their timeout. count and dtype (a name "
+      "such as 'float32'): the op's count argument and dtype as the peers pass them, where known "
+      "(on the GPU they say whether the peers' op fits the group's workspace; without them, or "
+      "with a dtype name symmem does not know, it is taken to fit). "
+      "Never raises for the refusal itself.");
 }
 
 }  // namespace

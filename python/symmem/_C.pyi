@@ -589,9 +589,9 @@ def barrier(*, group: Group | None = None, device: object = None, stream: object
     Barrier over the group's workspace signal pads (device: that of the group's latest allocation unless given).
     """
 
-def refuse(op: str, *, group: Group | None = None, device: object = None, stream: object = None, timeout: float | datetime.timedelta | None = None, message: str = '') -> None:
+def refuse(op: str, *, group: Group | None = None, device: object = None, stream: object = None, timeout: float | datetime.timedelta | None = None, message: str = '', count: int | None = None, dtype: str | None = None) -> None:
     """
-    For layers over these ops with checks of their own (NOTE [refused ops]): when such a check fails on some ranks only, call refuse() with the op's group, device and stream instead of skipping the op, then raise; the other ranks then fail that op with InvalidArgument naming this rank (CPU: at the call; GPU: at the next synchronising call or check_async_error()) instead of waiting until their timeout. Never raises for the refusal itself.
+    For layers over these ops with checks of their own (NOTE [refused ops]): when such a check fails on some ranks only, call refuse() with the op's group, device and stream instead of skipping the op, then raise; the other ranks then fail that op with InvalidArgument naming this rank (CPU: at the call; GPU: at the next synchronising call or check_async_error()) instead of waiting until their timeout. count and dtype (a name such as 'float32'): the op's count argument and dtype as the peers pass them, where known (on the GPU they say whether the peers' op fits the group's workspace; without them, or with a dtype name symmem does not know, it is taken to fit). Never raises for the refusal itself.
     """
 
 def serves(backend: str, op: str, dtype: object, device: str | int | object = 'cpu') -> bool:

@@ -280,6 +280,43 @@ def test_binding_error_on_one_rank_is_named_on_every_rank(g, S, arg):
     g.store_barrier()
 
 
+@pytest.mark.parametrize("known", [True, False])
+def test_refuse_is_named_on_every_rank(g, S, known):
+    # symmem.refuse(): a layer's own check failed on rank 1, which refuses the op instead of
+    # calling it (with the op's count and dtype, or without: then taken to fit the workspace);
+    # the others fail that all_reduce naming rank 1 (at the call on the host backend, at the next
+    # synchronising call on a GPU backend) within far less than their timeout.
+    n, r = g.world_size, g.rank
+    if n < 2:
+        pytest.skip("needs 2 ranks")
+    S.require("all_reduce", "float32")
+    x = S.plain(np.ones(64, dtype=np.float32))
+    symmem.all_reduce(S.plain(np.ones(64, dtype=np.float32)), group=g)  # the workspace exists
+    S.settle()
+    start = time.monotonic()
+    err = None
+    try:
+        if r == 1:
+            extra = {"count": 64, "dtype": "float32"} if known else {}
+            symmem.refuse("all_reduce", group=g, device=S.device, timeout=30,
+                          message="all_reduce: rank 1: the layer's check failed", **extra)
+        else:
+            symmem.all_reduce(x, group=g, timeout=30)
+        S.settle()
+    except symmem.InvalidArgument as e:
+        err = e
+    assert time.monotonic() - start < 15
+    if r == 1:
+        assert err is None, f"the refusing rank raised from refuse(): {err}"
+    else:
+        assert err is not None and "rank 1" in str(err), err
+        assert (S.host(x) == 1).all()  # nothing was written
+    y = S.plain(np.ones(8, dtype=np.float32))
+    symmem.all_reduce(y, group=g)
+    assert (S.host(y) == n).all()
+    g.store_barrier()
+
+
 def test_size_mismatch_is_invalid_argument(g, S):
     with pytest.raises(symmem.InvalidArgument):
         S.empty((10 + g.rank,), dtype="float32")

@@ -1233,7 +1233,7 @@ void barrier(const Group& group, const OpOptions& options) {
 // before the op is called. CPU groups take part in the op's agreement with the error, so their
 // peers throw InvalidArgument naming this rank; GPU groups refuse on the device (refuse_on_device).
 void refuse(OpKind kind, const Group& group, const OpOptions& options, ErrorCode code,
-            const std::string& message) noexcept {
+            const std::string& message, std::optional<size_t> count, DType dtype) noexcept {
   try {
     const OpInfo& row = op_info(kind);
     if (!group.valid() || group.world_size() <= 1) return;
@@ -1248,6 +1248,8 @@ void refuse(OpKind kind, const Group& group, const OpOptions& options, ErrorCode
         detail::resolve_timeout(options.timeout.count() == 0 ? kDefaultTimeout : options.timeout);
     resolve_device(c, options.device);
     if (c.device.is_cuda()) {
+      c.count = count.value_or(kRefusedCountUnknown);
+      c.dtype = dtype;
       refuse_on_device(c, options, code);
       return;
     }

@@ -1332,7 +1332,9 @@ void refuse(const Call& c, ErrorCode code, bool (*route)(const OpArgs&) = nullpt
       case OpKind::kCount:
         return;
     }
-    const size_t data = ws_data_bytes(c, ll_path(c));
+    // Without the op's count (symmem::refuse() from a caller that did not know it) the peers'
+    // op is taken to fit the workspace there is.
+    const size_t data = a.count == symmem::kRefusedCountUnknown ? 0 : ws_data_bytes(c, ll_path(c));
     if (data == SIZE_MAX) return;
     const K::WsLayout L = K::ws_layout(c.world);
     // The group's workspace as it is: the peers' kernels use this one when it is large enough

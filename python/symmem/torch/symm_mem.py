@@ -481,10 +481,14 @@ class _Refusing:
     arguments run before the op, so one that fails on some ranks only would leave the others
     waiting in the op until their timeout. An InvalidArgument raised inside the block first
     refuses `op` (the first collective the function calls) on the group, so the other ranks fail
-    it naming this rank; then it goes on to the caller."""
+    it naming this rank; then it goes on to the caller. `count` and `dtype` (a torch dtype): the
+    op's count argument and dtype as the peers pass them, where known (a GPU refusal needs them
+    to know whether the peers' op fits the group's workspace)."""
 
-    def __init__(self, op: str, g: _symmem.Group, device):
+    def __init__(self, op: str, g: _symmem.Group, device, count=None, dtype=None):
         self.op, self.g, self.device = op, g, device
+        self.count = count
+        self.dtype = str(dtype).replace("torch.", "") if dtype is not None else None
 
     def __enter__(self):
         return self
@@ -492,7 +496,7 @@ class _Refusing:
     def __exit__(self, kind, err, tb):
         if kind is not None and issubclass(kind, _symmem.InvalidArgument):
             _symmem.refuse(self.op, group=self.g, device=str(torch.device(self.device)),
-                           message=str(err))
+                           message=str(err), count=self.count, dtype=self.dtype)
         return False
 
 
@@ -503,7 +507,7 @@ def _same_numel(fn: str, a: torch.Tensor, an: str, b: torch.Tensor, bn: str, ran
 
 def _all_reduce_out(fn, algo, input, reduce_op, group_name, out):
     g = _group(group_name, fn)
-    with _Refusing("all_reduce", g, input.device):
+    with _Refusing("all_reduce", g, input.device, input.numel(), input.dtype):
         _same_numel(fn, input, "input", out, "out", g.rank)
     dst = _Dst(out, g)
     _symmem.all_reduce(_src(input, g), op=reduce_op, algo=algo, out=dst.w, group=g)
@@ -523,7 +527,8 @@ def one_shot_all_reduce(input, reduce_op, group_name):
 def _copy_in(fn, symm_buffer, local_input, group_name):
     if symm_buffer.dtype != local_input.dtype or symm_buffer.numel() < local_input.numel():
         g = _group(group_name, fn)
-        with _Refusing("all_reduce", g, local_input.device):
+        with _Refusing("all_reduce", g, local_input.device, local_input.numel(),
+                       local_input.dtype):
             raise _invalid(fn, "symm_buffer", f"({symm_buffer.numel()} x {symm_buffer.dtype}) "
                            f"cannot hold 'local_input' ({local_input.numel()} x "
                            f"{local_input.dtype})", g.rank)
@@ -559,7 +564,8 @@ def reduce_scatter_out(input, group_name, split_last_dim, output):
     fn = "reduce_scatter_out"
     g = _group(group_name, fn)
     w = g.world_size
-    with _Refusing("reduce_scatter", g, input.device):
+    rs_count = input.numel() // w if input.numel() % w == 0 else None
+    with _Refusing("reduce_scatter", g, input.device, rs_count, input.dtype):
         if split_last_dim:
             last = input.shape[-1] if input.dim() else 1
             if last % w:
