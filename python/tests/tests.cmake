@@ -8,7 +8,7 @@ set(_pytest ${Python_EXECUTABLE} -m pytest ${_pytest_args})
 set(_tdir ${CMAKE_CURRENT_SOURCE_DIR}/tests)
 
 function(symmem_py_test name)
-  cmake_parse_arguments(T "" "NP;TIMEOUT" "FILES;LABELS;ENV" ${ARGN})
+  cmake_parse_arguments(T "" "NP;TIMEOUT" "FILES;LABELS;ENV;PYTEST_ARGS" ${ARGN})
   set(files)
   foreach(f IN LISTS T_FILES)
     list(APPEND files ${_tdir}/${f})
@@ -18,11 +18,13 @@ function(symmem_py_test name)
   endif()
   if(T_NP)
     add_test(NAME ${name}
-             COMMAND $<TARGET_FILE:symmem-run> -n ${T_NP} --timeout ${T_TIMEOUT} -- ${_pytest} ${files}
+             COMMAND $<TARGET_FILE:symmem-run> -n ${T_NP} --timeout ${T_TIMEOUT} -- ${_pytest}
+                     ${T_PYTEST_ARGS} ${files}
              WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
     set(labels "python;mp;${T_LABELS}")
   else()
-    add_test(NAME ${name} COMMAND ${_pytest} ${files} WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+    add_test(NAME ${name} COMMAND ${_pytest} ${T_PYTEST_ARGS} ${files}
+             WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
     set(labels "python;${T_LABELS}")
   endif()
   set_tests_properties(${name} PROPERTIES LABELS "${labels}" TIMEOUT ${T_TIMEOUT}
@@ -38,13 +40,18 @@ symmem_py_test(python_mp_2 NP 2 FILES test_mp.py)
 symmem_py_test(python_mp_3 NP 3 FILES test_mp.py)
 # The same backend-independent cases in GPU memory (suite.py; NOTE [backend suites]): skipped
 # with the reason without torch or a GPU; scripts/gpu-check.sh runs them (step ctest_gpu_suite).
-set(_suite_gpu_env "SYMMEM_TEST_DEVICE=cuda;SYMMEM_ALLOW_SHARED_GPU=1;NVSHMEM_DISABLE_NVLS=1")
+# Each test's name as it runs (-v) and a 20 s wait limit, inside a ctest limit shorter than the
+# script's step: a stuck case ends in ctest's own timeout, whose output names it.
+set(_suite_gpu_env "SYMMEM_TEST_DEVICE=cuda" "SYMMEM_ALLOW_SHARED_GPU=1" "NVSHMEM_DISABLE_NVLS=1"
+                   "SYMMEM_TIMEOUT_MS=20000" "PYTHONUNBUFFERED=1")
 foreach(np 2 4)
   math(EXPR pct "100 / ${np}")
-  symmem_py_test(ops_suite_py_cuda_np${np} NP ${np} FILES test_mp.py LABELS gpu
-                 ENV "${_suite_gpu_env};SYMMEM_BACKEND=cuda")
-  symmem_py_test(ops_suite_py_nvshmem_np${np} NP ${np} FILES test_mp.py LABELS gpu
-                 ENV "${_suite_gpu_env};SYMMEM_BACKEND=nvshmem;CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=${pct}")
+  symmem_py_test(ops_suite_py_cuda_np${np} NP ${np} TIMEOUT 140 FILES test_mp.py LABELS gpu
+                 PYTEST_ARGS -v ENV "${_suite_gpu_env};SYMMEM_BACKEND=cuda")
+  symmem_py_test(ops_suite_py_nvshmem_np${np} NP ${np} TIMEOUT 140 FILES test_mp.py LABELS gpu
+                 PYTEST_ARGS -v
+                 ENV "${_suite_gpu_env};SYMMEM_BACKEND=nvshmem"
+                     "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=${pct}")
 endforeach()
 symmem_py_test(python_torch_mp_2 NP 2 FILES test_torch_mp.py LABELS gpu)
 # MoE dispatch and combine against the reference (issue #20): 2, 3, 4 and 8 ranks.
