@@ -178,15 +178,25 @@ else
 fi
 
 # ---- GPU tests (ctest label gpu: 1, 2 and 4 ranks on the GPU) ----------------------------------
-ctest_rows() {  # per-test rows from a ctest log
+case_counts() {  # rank 0's per-case counts of test #$2 in a ctest -V log (gtest's, pytest's lines)
+  local log=$1 n=$2 g p
+  g=$(grep -E "^$n: (\[0\] )?\[  (PASSED|SKIPPED|FAILED) *\] [0-9]+ tests?" "$log" |
+        sed -E 's/.*\[  (PASSED|SKIPPED|FAILED) *\] ([0-9]+) .*/\1 \2/' | tr 'A-Z' 'a-z' |
+        awk '!seen[$0]++' | paste -sd, -)
+  p=$(grep -E "^$n: (\[0\] )?=* *[0-9]+ (passed|failed|skipped|error)" "$log" | tail -1 |
+        sed -E "s/^$n: (\[0\] )?=* *//; s/ in [0-9.]+s.*//")
+  echo "${g:+gtest rank 0: $g}${g:+${p:+; }}${p:+pytest rank 0: $p}"
+}
+ctest_rows() {  # per-test rows from a ctest log (-V: with each test's case counts)
   local log=$1 prefix=$2
   [ -f "$log" ] || return 0
   grep -E 'Test +#[0-9]+: ' "$log" | sed -E 's/^ *[0-9]+\/[0-9]+ +//' | while read -r line; do
-    local tname tstatus tsec
+    local tname tstatus tsec tnum
+    tnum=$(echo "$line" | sed -E 's/^Test +#([0-9]+):.*/\1/')
     tname=$(echo "$line" | sed -E 's/^Test +#[0-9]+: ([^ ]+).*/\1/')
     tstatus=$(echo "$line" | sed -E 's/.*(Passed|\*\*\*Failed|\*\*\*Skipped|\*\*\*Timeout|\*\*\*Not Run|\*\*\*Exception|Subprocess aborted|Not Run|Skipped|Failed).*/\1/' | tr -d '*')
     tsec=$(echo "$line" | grep -oE '[0-9.]+ sec' | cut -d' ' -f1)
-    echo "$prefix$tname|$tstatus|${tsec:-?}|"
+    echo "$prefix$tname|$tstatus|${tsec:-?}|$(case_counts "$log" "$tnum")"
   done
 }
 if [ -d "$BUILD" ]; then
@@ -195,7 +205,7 @@ if [ -d "$BUILD" ]; then
   # then every other gpu-labelled test (the collectives gpu_ops_* of tests/cuda among them).
   CUDA_TESTS='^(gpu_cuda_|test_cuda_plugin$)'
   STEP_DETAIL="tests/cuda: cuda backend plugin and memory, 1/2/4 ranks" \
-    run_step ctest_gpu_cuda 240 bash -c "cd '$BUILD' && ctest -L gpu -R '$CUDA_TESTS' --output-on-failure -j1"
+    run_step ctest_gpu_cuda 240 bash -c "cd '$BUILD' && ctest -L gpu -R '$CUDA_TESTS' -V -j1"
   while IFS= read -r row; do [ -n "$row" ] && ROWS+=("$row"); done < <(ctest_rows "$OUT/ctest_gpu_cuda.log" "  ")
   # The example (a user kernel on the device API) before the other issues' tests.
   if [ -n "$SYMMEM_RUN" ] && [ -n "$EXAMPLE" ]; then
@@ -207,15 +217,15 @@ if [ -d "$BUILD" ]; then
   # nvshmem and nccl with 2 and 4 ranks: the cases the host backend passes in CI, in GPU memory.
   SUITE_TESTS='^ops_suite_'
   STEP_DETAIL="the op suite of CI on the GPU backends (ops_suite_{cuda,nvshmem,nccl}_np{2,4})" \
-    run_step ctest_gpu_suite 300 bash -c "cd '$BUILD' && ctest -L gpu -R '$SUITE_TESTS' --output-on-failure -j1"
+    run_step ctest_gpu_suite 300 bash -c "cd '$BUILD' && ctest -L gpu -R '$SUITE_TESTS' -V -j1"
   while IFS= read -r row; do [ -n "$row" ] && ROWS+=("$row"); done < <(ctest_rows "$OUT/ctest_gpu_suite.log" "  ")
   # MoE dispatch/combine on GPU memory (issue #20): C++ and Python, bitwise against the host.
   MOE_TESTS='^(gpu_moe_|python_moe_gpu_)'
   STEP_DETAIL="MoE on the GPU vs the host implementation, 1/2/4 ranks (C++), 2/4 (torch)" \
-    run_step ctest_gpu_moe 200 bash -c "cd '$BUILD' && ctest -L gpu -R '$MOE_TESTS' --output-on-failure -j1"
+    run_step ctest_gpu_moe 200 bash -c "cd '$BUILD' && ctest -L gpu -R '$MOE_TESTS' -V -j1"
   while IFS= read -r row; do [ -n "$row" ] && ROWS+=("$row"); done < <(ctest_rows "$OUT/ctest_gpu_moe.log" "  ")
   STEP_DETAIL="every other gpu-labelled test (gpu_ops, nccl, nvshmem, python...)" \
-    run_step ctest_gpu_other 300 bash -c "cd '$BUILD' && ctest -L gpu -E '$CUDA_TESTS|$SUITE_TESTS|$MOE_TESTS' --output-on-failure -j1"
+    run_step ctest_gpu_other 300 bash -c "cd '$BUILD' && ctest -L gpu -E '$CUDA_TESTS|$SUITE_TESTS|$MOE_TESTS' -V -j1"
   while IFS= read -r row; do [ -n "$row" ] && ROWS+=("$row"); done < <(ctest_rows "$OUT/ctest_gpu_other.log" "  ")
 fi
 
