@@ -149,22 +149,16 @@ class OpCall {
 
  private:
   // The op's count argument as the peers pass it, judged from this rank's first array (its send
-  // buffer), for a refusal on a GPU group; nullopt when that says nothing.
+  // buffer, blocked as the op's row says), for a refusal on a GPU group; nullopt when that says
+  // nothing.
   std::optional<size_t> peers_count(int world) const {
+    using op_table::Blocks;
     if (!first_numel_ || !first_dtype_) return std::nullopt;
+    const OpInfo& row = op_info(kind_);
     const size_t n = *first_numel_, w = static_cast<size_t>(std::max(world, 1));
-    switch (kind_) {
-      case OpKind::all_reduce:
-      case OpKind::all_gather:
-      case OpKind::broadcast:
-        return n;
-      case OpKind::reduce_scatter:
-      case OpKind::all_to_all:
-        if (n % w == 0) return n / w;
-        return std::nullopt;
-      default:
-        return std::nullopt;
-    }
+    if (row.send == Blocks::one || row.send == Blocks::root) return n;
+    if (row.send == Blocks::world && n % w == 0) return n / w;
+    return std::nullopt;
   }
 
   // Throws InvalidArgument, keeping its message for the refusal (~OpCall).

@@ -317,11 +317,9 @@ void NvshmemBackend::raise_a2av_error(const char* op, int rank) {
 void NvshmemBackend::finish(const OpArgs& a, const char* op, int rank) {
   if (a.stream == nullptr) {
     SYMMEM_CUDART_CHECK(op, rank, cudaStreamSynchronize(nullptr));
-    const int32_t slot = a.group != nullptr ? cuda::abort_slot(*a.group).slot : -1;
-    cuda::raise_device_timeout(op, rank, slot);
+    // What the error query raises (raise_async_errors), now that all is done.
+    cuda_raise_async_errors(*a.group, op);
     raise_a2av_error(op, rank);
-    cuda_raise_op_error(op, rank,
-                        slot);  // the peer-pointer kernels' (NOTE [device-detected errors])
   }
 }
 
