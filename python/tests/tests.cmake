@@ -40,16 +40,17 @@ symmem_py_test(python_mp_2 NP 2 FILES test_mp.py)
 symmem_py_test(python_mp_3 NP 3 FILES test_mp.py)
 # The same backend-independent cases in GPU memory (suite.py; NOTE [backend suites]): skipped
 # with the reason without torch or a GPU; scripts/gpu-check.sh runs them (step ctest_gpu_suite).
-# Each test's name as it runs (-v) and a 20 s wait limit, inside a ctest limit shorter than the
-# script's step: a stuck case ends in ctest's own timeout, whose output names it.
+# Each test's name as it runs (-vv: the common arguments' -q takes one -v back), a failure's
+# report as it happens (conftest.py) and a 20 s wait limit, inside a ctest limit shorter than
+# the script's step: a stuck case ends in ctest's own timeout, whose output names it.
 set(_suite_gpu_env "SYMMEM_TEST_DEVICE=cuda" "SYMMEM_ALLOW_SHARED_GPU=1" "NVSHMEM_DISABLE_NVLS=1"
-                   "SYMMEM_TIMEOUT_MS=20000" "PYTHONUNBUFFERED=1")
+                   "SYMMEM_TIMEOUT_MS=20000" "PYTHONUNBUFFERED=1" "SYMMEM_TEST_REPORT_NOW=1")
 foreach(np 2 4)
   math(EXPR pct "100 / ${np}")
   symmem_py_test(ops_suite_py_cuda_np${np} NP ${np} TIMEOUT 140 FILES test_mp.py LABELS gpu
-                 PYTEST_ARGS -v ENV "${_suite_gpu_env};SYMMEM_BACKEND=cuda")
+                 PYTEST_ARGS -vv ENV "${_suite_gpu_env};SYMMEM_BACKEND=cuda")
   symmem_py_test(ops_suite_py_nvshmem_np${np} NP ${np} TIMEOUT 140 FILES test_mp.py LABELS gpu
-                 PYTEST_ARGS -v
+                 PYTEST_ARGS -vv
                  ENV "${_suite_gpu_env};SYMMEM_BACKEND=nvshmem"
                      "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=${pct}")
 endforeach()

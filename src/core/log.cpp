@@ -108,15 +108,15 @@ void log_reset_for_testing() noexcept {
   g_config = nullptr;
 }
 
-LogLine::~LogLine() {
+void log_write(LogLevel level, Subsys subsys, const char* text, size_t len) noexcept {
   try {
     std::lock_guard<std::mutex> lock(g_mutex);
     auto& c = config();
     int rank = g_rank.load();
     std::string rank_str = rank >= 0 ? std::to_string(rank) : std::string("-");
-    std::fprintf(c.out, "%s:%d [%s] symmem %s %s %s\n", c.host.c_str(), static_cast<int>(getpid()),
-                 rank_str.c_str(), kLevelNames[static_cast<int>(level_)],
-                 kSubsysNames[static_cast<int>(subsys_)], os_.str().c_str());
+    std::fprintf(c.out, "%s:%d [%s] symmem %s %s %.*s\n", c.host.c_str(),
+                 static_cast<int>(getpid()), rank_str.c_str(), kLevelNames[static_cast<int>(level)],
+                 kSubsysNames[static_cast<int>(subsys)], static_cast<int>(len), text);
     std::fflush(c.out);
   } catch (...) {
   }
