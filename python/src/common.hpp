@@ -32,6 +32,14 @@ Millis to_timeout(nb::handle t, const char* op);
 Stream to_stream(nb::handle s, const char* op, bool* is_none = nullptr);
 // torch.cuda.current_stream(index) when torch is already imported, else nullptr.
 Stream torch_current_stream(int device_index);
+// NOTE [torch fast path] (module.cpp): torch's objects, once torch is imported; null before and
+// where this torch lacks them.
+struct TorchFast {
+  PyTypeObject* tensor = nullptr;  // torch.Tensor
+  PyObject* to_dlpack = nullptr;   // torch._C._to_dlpack (torch.utils.dlpack.to_dlpack)
+  PyObject* raw_stream = nullptr;  // torch._C._cuda_getCurrentRawStream, or null
+};
+const TorchFast* torch_fast();
 Device to_device(nb::handle d, const Group* group, const char* op);
 dl::DataType to_dtype(nb::handle d, const char* op);
 std::string dtype_name(dl::DataType t);

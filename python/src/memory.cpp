@@ -193,8 +193,85 @@ nb::tuple dlpack_device(const Array& a) {
 }  // namespace
 
 // ---- DLPack import ----------------------------------------------------------------------------
+namespace {
+
+// A torch.Tensor that NOTE [torch fast path] (module.cpp) may export with torch's C function:
+// torch's own type, no autograd, no conjugate or negative bit. Null otherwise. A torch tensor
+// with the negative bit (torch._neg_view, conj().imag) is refused: torch's __dlpack__ exports
+// its data without the negation, so the op would read values of the opposite sign.
+const TorchFast* torch_plain(nb::handle obj, const char* op, const char* arg) {
+  const TorchFast* f = torch_fast();
+  if (f == nullptr || !PyObject_TypeCheck(obj.ptr(), f->tensor)) return nullptr;
+  if (obj.attr("is_neg")().ptr() != Py_False)
+    throw_invalid_argument(op, -1, arg,
+                           "is a torch tensor with the negative bit set (a lazy negation, e.g. "
+                           "conj().imag), which DLPack cannot carry; pass t.resolve_neg()");
+  if (Py_TYPE(obj.ptr()) != f->tensor || obj.attr("requires_grad").ptr() != Py_False ||
+      obj.attr("is_conj")().ptr() != Py_False)
+    return nullptr;
+  return f;
+}
+
+// The fields of `r` that the DLPack tensor `t` (in the capsule `cap`) gives.
+void read_dl_tensor(ArrayRef& r, const dl::Tensor* t, nb::object cap, const char* op,
+                    const char* arg) {
+  r.keep = std::move(cap);  // unconsumed: its destructor calls the producer's deleter
+  r.data = static_cast<char*>(t->data) + t->byte_offset;
+  r.dtype = t->dtype;
+  if (t->dtype.lanes != 1)
+    throw_invalid_argument(op, -1, arg, "has a vector dtype (" + dtype_name(t->dtype) + ")");
+  r.shape.assign(t->shape, t->shape + t->ndim);
+  r.numel = 1;
+  for (int64_t d : r.shape) r.numel *= static_cast<size_t>(d);
+  if (t->strides && r.numel > 1) {
+    int64_t expect = 1;
+    for (int i = t->ndim; i-- > 0;) {
+      if (t->shape[i] != 1 && t->strides[i] != expect) {
+        std::string st;
+        for (int j = 0; j < t->ndim; ++j) st += (j ? "," : "") + std::to_string(t->strides[j]);
+        throw_invalid_argument(
+            op, -1, arg,
+            "is not contiguous (strides (" + st + ") in elements); pass a contiguous array");
+      }
+      expect *= t->shape[i];
+    }
+  }
+}
+
+// NOTE [torch fast path]: `r` from torch's C export of a plain tensor on the CPU or, on a CUDA
+// device, when `stream` is torch's current stream there. False (r untouched): take the protocol.
+bool import_torch(nb::handle obj, const char* op, const char* arg, Stream stream, ArrayRef& r) {
+  const TorchFast* f = torch_plain(obj, op, arg);
+  if (f == nullptr) return false;
+  nb::object cap = nb::steal(PyObject_CallOneArg(f->to_dlpack, obj.ptr()));
+  if (!cap.is_valid()) {
+    PyErr_Clear();  // the protocol raises torch's own error, if any
+    return false;
+  }
+  if (!PyCapsule_IsValid(cap.ptr(), "dltensor")) return false;
+  const dl::Tensor* t =
+      &static_cast<dl::ManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), "dltensor"))->dl_tensor;
+  if (t->device.device_type == dl::kCPU) {
+    r.device = Device::cpu();
+  } else if (t->device.device_type == dl::kCUDA &&
+             stream == torch_current_stream(t->device.device_id)) {
+    r.device = Device::cuda(t->device.device_id);
+  } else {
+    return false;  // the capsule goes unconsumed; its destructor frees torch's context
+  }
+  read_dl_tensor(r, t, std::move(cap), op, arg);
+  return true;
+}
+
+}  // namespace
+
 Device array_device(nb::handle obj, const char* op, const char* arg) {
   if (nb::isinstance<Array>(obj)) return nb::cast<const Array&>(obj).device();
+  if (torch_plain(obj, op, arg) != nullptr) {  // NOTE [torch fast path]
+    if (obj.attr("is_cuda").ptr() == Py_True)
+      return Device::cuda(nb::cast<int>(obj.attr("get_device")()));
+    if (obj.attr("is_cpu").ptr() == Py_True) return Device::cpu();
+  }
   if (!nb::hasattr(obj, "__dlpack_device__") || !nb::hasattr(obj, "__dlpack__"))
     throw_invalid_argument(op, -1, arg,
                            "(a " + std::string(nb::type_name(obj.type()).c_str()) +
@@ -230,6 +307,7 @@ ArrayRef import_array(nb::handle obj, const char* op, const char* arg, Stream st
     r.numel = a.numel();
     return r;
   }
+  if (import_torch(obj, op, arg, stream, r)) return r;  // NOTE [torch fast path]
   r.device = array_device(obj, op, arg);
   nb::object fn = obj.attr("__dlpack__");
   nb::object s = nb::none();
@@ -258,27 +336,7 @@ ArrayRef import_array(nb::handle obj, const char* op, const char* arg, Stream st
     throw_invalid_argument(op, -1, arg,
                            "returned something other than a DLPack capsule from __dlpack__");
   }
-  r.keep = std::move(cap);  // unconsumed: its destructor calls the producer's deleter
-  r.data = static_cast<char*>(t->data) + t->byte_offset;
-  r.dtype = t->dtype;
-  if (t->dtype.lanes != 1)
-    throw_invalid_argument(op, -1, arg, "has a vector dtype (" + dtype_name(t->dtype) + ")");
-  r.shape.assign(t->shape, t->shape + t->ndim);
-  r.numel = 1;
-  for (int64_t d : r.shape) r.numel *= static_cast<size_t>(d);
-  if (t->strides && r.numel > 1) {
-    int64_t expect = 1;
-    for (int i = t->ndim; i-- > 0;) {
-      if (t->shape[i] != 1 && t->strides[i] != expect) {
-        std::string st;
-        for (int j = 0; j < t->ndim; ++j) st += (j ? "," : "") + std::to_string(t->strides[j]);
-        throw_invalid_argument(
-            op, -1, arg,
-            "is not contiguous (strides (" + st + ") in elements); pass a contiguous array");
-      }
-      expect *= t->shape[i];
-    }
-  }
+  read_dl_tensor(r, t, std::move(cap), op, arg);
   return r;
 }
 

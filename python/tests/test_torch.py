@@ -37,6 +37,36 @@ def test_torch_tensor_into_ops(g):
     assert torch.equal(t, torch.arange(16))
 
 
+def test_torch_tensors_that_export_differently_keep_the_protocol(g):
+    # NOTE [torch fast path] (python/src/module.cpp): a plain tensor is read through torch's C
+    # export; one with autograd, a conjugate or a negative bit, or a subclass, goes through
+    # __dlpack__ as before, which refuses what it cannot export as is; the negative bit, which
+    # torch's __dlpack__ would drop (values of the opposite sign), is refused by symmem.
+    x = torch.arange(6, dtype=torch.float32)
+    symmem.all_reduce(x[2:], group=g)  # a view at an offset: the data pointer moves with it
+    assert torch.equal(x, torch.arange(6, dtype=torch.float32))
+    with pytest.raises(Exception, match="require gradient|requires_grad|detach"):
+        symmem.all_reduce(torch.ones(4, requires_grad=True), group=g)
+    c = torch.ones(4, dtype=torch.complex64).conj()
+    with pytest.raises(Exception, match="conjugate"):
+        symmem.all_gather(c, torch.empty(4, dtype=torch.complex64), group=g)
+    neg = torch._neg_view(torch.ones(4))  # a view with the negative bit (torch's own helper)
+    assert neg.is_neg()
+    with pytest.raises(symmem.InvalidArgument, match="'send'.*negative bit.*resolve_neg"):
+        symmem.all_gather(neg, torch.empty(4), group=g)
+    out = torch.zeros(4)
+    symmem.all_gather(neg.resolve_neg(), out, group=g)
+    assert torch.equal(out, -torch.ones(4))
+
+    class Sub(torch.Tensor):
+        pass
+
+    s = torch.arange(4, dtype=torch.float32).as_subclass(Sub)
+    out = torch.zeros(4)
+    symmem.all_gather(s, out, group=g)
+    assert torch.equal(out, torch.arange(4, dtype=torch.float32))
+
+
 def test_custom_ops_registered_with_fakes(g):
     for name in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "all_to_all_v",
                  "broadcast", "put", "get"):

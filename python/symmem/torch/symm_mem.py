@@ -110,6 +110,8 @@ def _ranks(g: _symmem.Group) -> tuple:
 
 # ---- memory ------------------------------------------------------------------------------------
 def _extent(t: torch.Tensor) -> int:
+    if t.is_contiguous():  # the common case, without a loop over the dimensions
+        return t.numel() * t.element_size()
     if t.numel() == 0:
         return 0
     return (sum((s - 1) * st for s, st in zip(t.shape, t.stride())) + 1) * t.element_size()
@@ -487,16 +489,16 @@ class _Refusing:
 
     def __init__(self, op: str, g: _symmem.Group, device, count=None, dtype=None):
         self.op, self.g, self.device = op, g, device
-        self.count = count
-        self.dtype = str(dtype).replace("torch.", "") if dtype is not None else None
+        self.count, self.dtype = count, dtype  # converted only when an error needs them
 
     def __enter__(self):
         return self
 
     def __exit__(self, kind, err, tb):
         if kind is not None and issubclass(kind, _symmem.InvalidArgument):
+            dtype = str(self.dtype).replace("torch.", "") if self.dtype is not None else None
             _symmem.refuse(self.op, group=self.g, device=str(torch.device(self.device)),
-                           message=str(err), count=self.count, dtype=self.dtype)
+                           message=str(err), count=self.count, dtype=dtype)
         return False
 
 
@@ -592,25 +594,39 @@ def all_to_all_vdev(input, out, in_splits, out_splits_offsets, group_name):
     fn = "all_to_all_vdev"
     g = _group(group_name, fn)
     w = g.world_size
-    row = input[0].numel() if input.dim() > 1 and input.shape[0] else 1
+    row = math.prod(input.shape[1:]) if input.dim() > 1 and input.shape[0] else 1
     with _Refusing("all_to_all_v", g, input.device):
-        if out.dim() > 1 and out.shape[0] and out[0].numel() != row:
-            raise _invalid(fn, "out", f"has rows of {out[0].numel()} elements but 'input' has "
+        out_row = math.prod(out.shape[1:])
+        if out.dim() > 1 and out.shape[0] and out_row != row:
+            raise _invalid(fn, "out", f"has rows of {out_row} elements but 'input' has "
                            f"rows of {row}", g.rank)
         if in_splits.numel() != w or tuple(out_splits_offsets.shape) != (2, w):
             raise _invalid(fn, "out_splits_offsets" if in_splits.numel() == w else "in_splits",
                            f"must have shape (2, {w}) and ({w},) respectively; got "
                            f"{tuple(out_splits_offsets.shape)} and {tuple(in_splits.shape)}",
                            g.rank)
+    # Few small ops: on a GPU each is a kernel launch, several microseconds of host time. The
+    # received counts and offsets go straight into out_splits_offsets where it can take them.
     counts = in_splits.reshape(-1) * row if row > 1 else in_splits.reshape(-1)
-    recv_counts = torch.empty(w, dtype=torch.int64, device=input.device)
-    recv_offsets = torch.empty(w, dtype=torch.int64, device=input.device)
+    so = out_splits_offsets
+    found = _memory(so)
+    direct = (so.dtype == torch.int64 and so.is_contiguous()
+              and (found is None or found[0].group == g))
+    if direct:
+        recv_counts, recv_offsets = so[0], so[1]
+    else:
+        recv_counts = torch.empty(w, dtype=torch.int64, device=input.device)
+        recv_offsets = torch.empty(w, dtype=torch.int64, device=input.device)
     dst = _Dst(out, g)
     _symmem.all_to_all_v(_src(input, g), _src(counts, g), dst.w, recv_counts, recv_offsets,
                          group=g)
     dst.done()
-    out_splits_offsets[0].copy_(recv_counts // row)
-    out_splits_offsets[1].copy_(recv_offsets // row)
+    if direct:
+        if row > 1:
+            so.floor_divide_(row)
+    else:
+        so[0].copy_(recv_counts // row)
+        so[1].copy_(recv_offsets // row)
 
 
 def _rows_of(fn, input, out, rank):
