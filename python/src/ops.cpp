@@ -25,9 +25,14 @@ using namespace nb::literals;
 namespace {
 
 // NOTE [refused ops] (src/cuda/kernels/refuse.cu): a check of this binding that fails on some
-// ranks only must not leave the others waiting in the op. An OpCall destroyed by an exception
-// before its op was called (calling()) refuses the op through symmem::refuse(), so the group's
-// other ranks fail the op naming this rank; the exception then goes on to Python.
+// ranks only must not leave the others waiting in the op. An OpCall destroyed before its op was
+// called (calling(), which every binding calls right before its op) was left by an exception: it
+// refuses the op through symmem::refuse(), so the group's other ranks fail the op naming this
+// rank; the exception then goes on to Python. Not std::uncaught_exceptions(): where libstdc++ is
+// linked statically into each shared object (the GPU machine's toolchain), an exception thrown
+// in libsymmem is counted by libsymmem's copy only, this module's copy said 0, and no binding
+// error was ever refused there (the peers waited out their timeout; CI's static build runs this
+// case, .ci/run).
 class OpCall {
  public:
   OpCall(OpKind kind, nb::handle group, nb::handle stream, nb::handle timeout)
@@ -37,7 +42,7 @@ class OpCall {
   OpCall(const OpCall&) = delete;
   OpCall& operator=(const OpCall&) = delete;
   ~OpCall() {
-    if (called_ || std::uncaught_exceptions() <= uncaught_) return;
+    if (called_) return;
     if (!opts_.device && kind_ != OpKind::barrier) return;  // no array was read: which device?
     try {
       const Group g = group();
@@ -179,7 +184,6 @@ class OpCall {
   const char* first_arg_ = nullptr;
   std::deque<ArrayRef> refs_;  // deque: references stay valid as arguments are added
   std::optional<Group> group_;
-  int uncaught_ = std::uncaught_exceptions();
   bool called_ = false;
   std::string error_;
   std::optional<size_t> first_numel_;  // of the first array added (peers_count)
