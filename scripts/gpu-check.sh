@@ -268,6 +268,13 @@ if [ -n "$SYMMEM_RUN" ] && [ -n "$SYMMEM_BENCH" ]; then
       run_step moe_compare 200 env SYMMEM_BUILD_DIR="$BUILD" python3 "$ROOT/bench/moe_compare.py" \
       --build "$BUILD" --np 4 --out "$OUT/moe_compare"
     [ -f "$OUT/moe_compare/moe_compare.md" ] && cp "$OUT/moe_compare/moe_compare.md" "$OUT/"
+    # torch's all_to_all_vdev_2d takes at most 16 experts per rank (its NUM_TILES; 256 experts
+    # over 4 ranks are refused): the same comparison at 64 experts, where both run.
+    STEP_DETAIL="bench/moe_compare.py --experts 64 (16 a rank: torch's all_to_all_vdev_2d limit)" \
+      run_step moe_compare_e64 200 env SYMMEM_BUILD_DIR="$BUILD" python3 \
+      "$ROOT/bench/moe_compare.py" --build "$BUILD" --np 4 --experts 64 --out "$OUT/moe_compare_e64"
+    [ -f "$OUT/moe_compare_e64/moe_compare.md" ] &&
+      cp "$OUT/moe_compare_e64/moe_compare.md" "$OUT/moe_compare_e64.md"
   fi
   STEP_DETAIL="--op all, fp8 e4m3 and e5m2 (odd sizes), 4 ranks, 1 B..4 MiB" \
     run_step bench_cuda_fp8 90 env SYMMEM_ALLOW_SHARED_GPU=1 SYMMEM_TIMEOUT_MS=30000 bash -c \

@@ -180,6 +180,8 @@ void run_case(const Case& c) {
   const size_t S = fp8 ? H / 128 : 0;
   size_t max_tokens = 0;
   for (int r = 0; r < world; ++r) max_tokens = std::max(max_tokens, tokens_of(c, r));
+  max_tokens = std::max<size_t>(max_tokens, 1);  // low_latency needs a capacity > 0 (1 rank,
+                                                 // that rank without tokens)
 
   // Inputs.
   const std::vector<int64_t> idx64 = routing_of(c, rank, world);
@@ -338,6 +340,8 @@ void run_device_layout_case(const Case& c) {
   const size_t S = fp8 ? H / 128 : 0;
   size_t max_tokens = 0;
   for (int r = 0; r < world; ++r) max_tokens = std::max(max_tokens, tokens_of(c, r));
+  max_tokens = std::max<size_t>(max_tokens, 1);  // low_latency needs a capacity > 0 (1 rank,
+                                                 // that rank without tokens)
   const size_t L = static_cast<size_t>(c.experts_per_rank), rows = L * world * max_tokens;
   std::vector<float> xf(T * H), scales(T * S), weights(T * K), yf(rows * H);
   for (size_t i = 0; i < xf.size(); ++i) xf[i] = value(static_cast<uint32_t>(i), 500u + rank);

@@ -854,7 +854,7 @@ TEST(GpuOps, SignalOpAndWaitUntil) {
   EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(250));
   // On a stream: enqueued, ordered with the stream's work; wait_until returns 0.
   Stream s;
-  const size_t ring = base + 3 * static_cast<size_t>(n);
+  const size_t ring = own + 2;  // after own and own + 1 (at 1 rank base + 3n is own + 1)
   buf.signal_op(next, ring + r, 1, SignalOp::add, s.get());
   EXPECT_EQ(buf.wait_until(ring + prev, Cmp::eq, 1, kTimeout, s.get()), 0u);
   s.sync();
