@@ -267,7 +267,9 @@ bool import_torch(nb::handle obj, const char* op, const char* arg, Stream stream
 
 Device array_device(nb::handle obj, const char* op, const char* arg) {
   if (nb::isinstance<Array>(obj)) return nb::cast<const Array&>(obj).device();
-  if (torch_plain(obj, op, arg) != nullptr) {  // NOTE [torch fast path]
+  // NOTE [torch fast path]: a torch tensor's device without __dlpack_device__ (whether its data
+  // can take the fast path is import_array's question).
+  if (const TorchFast* f = torch_fast(); f != nullptr && PyObject_TypeCheck(obj.ptr(), f->tensor)) {
     if (obj.attr("is_cuda").ptr() == Py_True)
       return Device::cuda(nb::cast<int>(obj.attr("get_device")()));
     if (obj.attr("is_cpu").ptr() == Py_True) return Device::cpu();
