@@ -117,7 +117,7 @@ def worker(args):
             torch.cuda.synchronize()
         dist.barrier()
 
-    def median_us(fn, graph=False):
+    def median_us(name, fn, graph=False):
         if not cuda:
             samples = []
             for i in range(args.warmup + args.iters):
@@ -146,7 +146,25 @@ def worker(args):
             b.record()
         torch.cuda.synchronize()
         settle()
+        if args.profile:
+            profile(name, fn)
         return statistics.median(a.elapsed_time(b) * 1000.0 for a, b in ev)
+
+    def profile(name, fn):
+        """The GPU time of each kernel over --iters more calls (torch.profiler, CUPTI)."""
+        from torch.profiler import ProfilerActivity
+        from torch.profiler import profile as torch_profile
+        with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(args.iters):
+                fn()
+            torch.cuda.synchronize()
+        settle()
+        rows = []
+        for ev in prof.key_averages():
+            us = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0)
+            if us > 0:
+                rows.append((us / args.iters, ev.count / args.iters, ev.key))
+        report.setdefault("profile", {})[name] = sorted(rows, reverse=True)[:12]
 
     def attempt(key, body):
         try:
@@ -202,7 +220,7 @@ def worker(args):
                         report["results"][key] = {"ok": bool(torch.equal(got, want)),
                                                   "sha256": digest(torch, got)}
                         report["bytes"][key] = int(flat.numel() * H * 2)
-                        report["timings"][key] = median_us(fn)
+                        report["timings"][key] = median_us(key, fn)
                     attempt(key, body)
         else:
             import symmem
@@ -227,12 +245,13 @@ def worker(args):
                     sent = int(dest.any(dim=1).sum())  # (token, destination rank) pairs
                     report["bytes"][key] = sent * H * 2
                     report["timings"][key] = median_us(
-                        lambda: symmem.moe_dispatch(x, layout, recv))
+                        key, lambda: symmem.moe_dispatch(x, layout, recv))
 
                     def with_layout():
                         lt = symmem.moe_layout(idx, E, group=g, device=dev)
                         symmem.moe_dispatch(x, lt, recv)
-                    report["timings"][f"dispatch+layout/{T}"] = median_us(with_layout)
+                    report["timings"][f"dispatch+layout/{T}"] = median_us(
+                        f"dispatch+layout/{T}", with_layout)
                     # fp8 e4m3 with one f32 scale per 128 elements.
                     x8 = x.float().to(torch.float8_e4m3fn)
                     sc = torch.ones((T, H // 128), dtype=torch.float32, device=device)
@@ -246,8 +265,8 @@ def worker(args):
                         "ok": bool(torch.equal(r8.float(), want.float())),
                         "sha256": digest(torch, r8)}
                     report["timings"][f"dispatch_fp8/{T}"] = median_us(
-                        lambda: symmem.moe_dispatch(x8, layout, r8, x_scales=sc,
-                                                    recv_scales=rs))
+                        f"dispatch_fp8/{T}",
+                        lambda: symmem.moe_dispatch(x8, layout, r8, x_scales=sc, recv_scales=rs))
                     # combine: y = recv, every weight 1/8: out = x * (live slots) / 8, exact.
                     out = torch.empty((T, H), dtype=bf16, device=device)
                     symmem.moe_combine(recv, layout, w, out)
@@ -256,7 +275,7 @@ def worker(args):
                     report["results"][key] = {"ok": bool(torch.equal(out, x * (K * 0.125))),
                                               "sha256": digest(torch, out)}
                     report["timings"][key] = median_us(
-                        lambda: symmem.moe_combine(recv, layout, w, out))
+                        key, lambda: symmem.moe_combine(recv, layout, w, out))
                     # all_to_all of the bytes one dispatch sends (the most any rank sends).
                     per_peer = -(-sent * H // (8 * world)) * 8 or 8  # elements, whole 16 B
                     peers = torch.tensor([per_peer], device=device if pg == "nccl" else "cpu")
@@ -270,7 +289,7 @@ def worker(args):
                     a.fill_(1)
                     report["bytes"][f"all_to_all/{T}"] = n * 2
                     report["timings"][f"all_to_all/{T}"] = median_us(
-                        lambda: symmem.all_to_all(a, b, group=g))
+                        f"all_to_all/{T}", lambda: symmem.all_to_all(a, b, group=g))
 
                 def low_latency(T=T, idx=idx, x=x, w=w, want=want):
                     layout = symmem.moe_layout(idx, E, group=g, device=dev,
@@ -292,10 +311,12 @@ def worker(args):
                         "ok": bool(torch.equal(dense, want)) and bool(torch.equal(recv, recv2)),
                         "sha256": digest(torch, dense)}
                     report["timings"][f"dispatch_ll_graph/{T}"] = median_us(
-                        lambda: symmem.moe_dispatch(x, dl, recv2), graph=True)
+                        f"dispatch_ll_graph/{T}", lambda: symmem.moe_dispatch(x, dl, recv2),
+                        graph=True)
                     out = torch.empty((T, H), dtype=bf16, device=device)
                     report["timings"][f"combine_ll_graph/{T}"] = median_us(
-                        lambda: symmem.moe_combine(recv2, dl, w, out), graph=True)
+                        f"combine_ll_graph/{T}", lambda: symmem.moe_combine(recv2, dl, w, out),
+                        graph=True)
                     settle()
                     report["results"][f"combine_ll/{T}"] = {
                         "ok": bool(torch.equal(out, x * (K * 0.125))),
@@ -345,6 +366,8 @@ def launch(args, impl, env, limit):
            "--topk", str(args.topk), "--experts", str(args.experts), "--iters", str(args.iters),
            "--warmup", str(args.warmup), "--seed", str(args.seed),
            "--ll-max-tokens", str(args.ll_max_tokens), "--device", args.device]
+    if args.profile:
+        cmd.append("--profile")
     with open(log, "w") as f:
         f.write(" ".join(cmd) + "\n")
         f.flush()
@@ -435,6 +458,17 @@ def driver(args):
             continue
         bad += [f"symmem rank {r} {k}: WRONG" for k, v in rep["results"].items() if not v["ok"]]
         bad += [f"symmem rank {r} {k}: {v}" for k, v in rep["errors"].items()]
+    if args.profile:  # rank 0's kernels per case
+        for impl, reps in (("torch", t), ("symmem", s)):
+            prof = (reps[0] or {}).get("profile") if reps else None
+            if not prof:
+                continue
+            with open(os.path.join(args.out, f"{impl}.profile.txt"), "w") as f:
+                for case, rows in prof.items():
+                    f.write(f"== {impl} {case}: rank 0, GPU us per call, launches per call, "
+                            "kernel\n")
+                    f.writelines(f"  {us:10.1f} {n:5.1f}  {k[:110]}\n" for us, n, k in rows)
+            print(f"kernel times: {os.path.join(args.out, impl + '.profile.txt')}")
     notes = []
     for r, rep in enumerate(t):
         if rep:
@@ -465,6 +499,9 @@ def main():
                    help="low_latency runs for token counts up to this (decode)")
     p.add_argument("--timeout", type=float, default=240)
     p.add_argument("--skip-torch", action="store_true")
+    p.add_argument("--profile", action="store_true",
+                   help="also time each kernel with torch.profiler; rank 0's per-case kernel "
+                        "table goes to <out>/<impl>.profile.txt")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                    help="cpu: symmem's side on the host backend, a smoke test (with --skip-torch)")
     args = p.parse_args()

@@ -27,7 +27,8 @@ Ranks share the GPU when there are fewer GPUs than ranks (under MPS on the GPU m
 scripts/gpu-check.sh; SYMMEM_ALLOW_SHARED_GPU=1, TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1 and a
 gloo process group, as bench/torch_compare.py: NCCL refuses two ranks on one GPU; nccl with a GPU
 per rank). A failing torch run is reported and does not fail the comparison; exit status 1 when
-symmem's run fails, a result is wrong or the two differ; 77 (skipped) without CUDA.
+symmem's run fails, one of its results is wrong, or the two differ where torch's is not the one
+that is wrong (a wrong torch result is a note); 77 (skipped) without CUDA.
 
     bench/symm_mem_compare.py --quick --np 2 --build build-gpu --out /tmp/smc    # GPU machine
     # symmem's side alone on the CPU (host backend, gloo), a smoke test:
@@ -455,13 +456,20 @@ def compare(args, runs):
                               s["res"][r].get("splits_offsets"))]
                 for r in differ:
                     tr, sr = t["res"][r], s["res"][r]
-                    mismatches.append(
-                        f"{op} {human(nbytes)} rank {r}: torch {tr['sha256'][:16]} "
+                    # Where torch's result is the wrong one (symmem's equals the reference), the
+                    # difference is torch's to fix: reported, not a failure of symmem's check.
+                    torchs_fault = not tr["ok"] and sr["ok"]
+                    (notes if torchs_fault else mismatches).append(
+                        ("torch's result is wrong, symmem's equals the reference: "
+                         if torchs_fault else "")
+                        + f"{op} {human(nbytes)} rank {r}: torch {tr['sha256'][:16]} "
                         f"(ok vs reference: {tr['ok']}, head {tr['head'][:4]}) != symmem "
                         f"{sr['sha256'][:16]} (ok: {sr['ok']}, head {sr['head'][:4]})"
                         + (f", splits/offsets {tr.get('splits_offsets')} vs "
                            f"{sr.get('splits_offsets')}" if phase == "a2a" else ""))
-                if differ:
+                if differ and all(not t["res"][r]["ok"] and s["res"][r]["ok"] for r in differ):
+                    verdict = f"torch wrong (rank {','.join(map(str, differ))})"
+                elif differ:
                     verdict = f"DIFFER (rank {','.join(map(str, differ))})"
                 elif len(both) == args.np:
                     verdict = "identical"
@@ -474,7 +482,8 @@ def compare(args, runs):
                 else:
                     verdict = "partial"
                 for impl, who in (("symmem", "symmem WRONG"), ("torch", "torch wrong")):
-                    if any(x is not None and not x["ok"] for x in cell[impl]["res"]):
+                    if (any(x is not None and not x["ok"] for x in cell[impl]["res"])
+                            and not verdict.startswith(who)):
                         verdict += f" ({who} vs reference)"
                 ratio = t["us"] / s["us"] if t["us"] and s["us"] else None
                 rows.append({"op": op, "bytes": nbytes, "torch_us": t["us"],

@@ -476,6 +476,31 @@ TEST(CudaMoe, DeviceLayoutBitwiseEqualToHost) {
     c.seed = 14;
     cases.push_back(c);
   }
+  {
+    // The route kernel splits the tokens over its warps and walks each warp's run 32 entries at
+    // a time: runs longer than one step, and experts split across steps and warps.
+    Case c;
+    c.name = "1500 tokens, top-6, 24 experts per rank, dropped slots";
+    c.tokens = 1500;
+    c.hidden = 64;
+    c.topk = 6;
+    c.experts_per_rank = 24;
+    c.drop = 0.1;
+    c.seed = 15;
+    cases.push_back(c);
+  }
+  {
+    // Counters for thousands of experts leave room for only a few warps in 48 KiB.
+    Case c;
+    c.name = "512 experts per rank, zipf, 100 tokens";
+    c.tokens = 100;
+    c.hidden = 32;
+    c.topk = 8;
+    c.experts_per_rank = 512;
+    c.routing = Routing::zipf;
+    c.seed = 16;
+    cases.push_back(c);
+  }
   for (const Case& c : cases) run_device_layout_case(c);
 }
 

@@ -211,31 +211,86 @@ struct LayoutParams {
   int w_y = 1;                         // y -> combine's pack
 };
 
-// One block. Per expert (a thread each): this rank's entries of it in (token, slot) order get
-// their index among them; per destination rank (a thread each): its tokens get their place in
-// the piece; then the prefixes (thread 0) and each entry's row in combine's return.
-__global__ void __launch_bounds__(kRouteThreads) layout_route_kernel(const MoeDeviceLayoutArgs a) {
-  const int64_t n = a.tokens * a.k;
-  const int tid = threadIdx.x, nt = blockDim.x;
-  for (int e = tid; e < a.experts; e += nt) {
-    int32_t c = 0;
-    for (int64_t i = 0; i < n; ++i)
-      if (expert_at(a, i) == e) a.slot_idx[i] = c++;
-    a.hist[e] = c;
+// Whether token t has an expert on rank r (entries k * t .. k * t + k - 1).
+__device__ __forceinline__ bool goes_to(const MoeDeviceLayoutArgs& a, int64_t t, int r) {
+  for (int j = 0; j < a.k; ++j) {
+    const int e = expert_at(a, t * a.k + j);
+    if (e >= 0 && e / a.local == r) return true;
   }
-  for (int64_t i = tid; i < n; i += nt)
-    if (expert_at(a, i) < 0) a.slot_idx[i] = -1;
-  for (int r = tid; r < a.world; r += nt) {
-    int32_t c = 0;
-    for (int64_t t = 0; t < a.tokens; ++t) {
-      bool to = false;
-      for (int j = 0; j < a.k; ++j) {
-        const int e = expert_at(a, t * a.k + j);
-        to = to || (e >= 0 && e / a.local == r);
-      }
-      a.dest_pos[t * a.world + r] = to ? c++ : -1;
+  return false;
+}
+
+// One block of W warps; warp w owns a contiguous run of tokens (and so of entries), and shared
+// memory holds a counter per (warp, expert) and per (warp, destination rank). Pass 1 counts each
+// warp's entries per expert and tokens per destination; pass 2 turns the counts into each warp's
+// start (exclusive prefix over warps) and the totals (hist, tok_count); pass 3 walks each warp's
+// run 32 entries (tokens) at a time: an entry's index among this rank's entries of its expert is
+// its warp's start plus the lanes before it with the same expert (__match_any_sync), so the order
+// is (token, slot) as on the host, with O(entries) work in all instead of O(entries x experts)
+// on one thread per expert. Then the prefixes (thread 0) and each entry's row in what combine
+// brings back. Shared memory: W * (experts + world) int32 (route_shared_bytes).
+__global__ void __launch_bounds__(kRouteThreads) layout_route_kernel(const MoeDeviceLayoutArgs a) {
+  extern __shared__ int32_t route_shared[];
+  const int tid = threadIdx.x, nt = blockDim.x;
+  const int warps = nt / 32, w = tid / 32, lane = tid % 32;
+  const unsigned before = (1u << lane) - 1u;
+  int32_t* ecnt = route_shared;                      // [warps][experts]
+  int32_t* rcnt = route_shared + warps * a.experts;  // [warps][world]
+  const int64_t n = a.tokens * a.k;
+  const int64_t t0 = a.tokens * w / warps, t1 = a.tokens * (w + 1) / warps;
+  for (int i = tid; i < warps * (a.experts + a.world); i += nt) route_shared[i] = 0;
+  __syncthreads();
+  for (int64_t i = t0 * a.k + lane; i < t1 * a.k; i += 32) {
+    const int e = expert_at(a, i);
+    if (e >= 0) atomicAdd(&ecnt[w * a.experts + e], 1);
+  }
+  for (int64_t t = t0 + lane; t < t1; t += 32)
+    for (int r = 0; r < a.world; ++r)
+      if (goes_to(a, t, r)) atomicAdd(&rcnt[w * a.world + r], 1);
+  __syncthreads();
+  for (int e = tid; e < a.experts; e += nt) {
+    int32_t run = 0;
+    for (int v = 0; v < warps; ++v) {
+      const int32_t c = ecnt[v * a.experts + e];
+      ecnt[v * a.experts + e] = run;
+      run += c;
     }
-    a.tok_count[r] = c;
+    a.hist[e] = run;
+  }
+  for (int r = tid; r < a.world; r += nt) {
+    int32_t run = 0;
+    for (int v = 0; v < warps; ++v) {
+      const int32_t c = rcnt[v * a.world + r];
+      rcnt[v * a.world + r] = run;
+      run += c;
+    }
+    a.tok_count[r] = run;
+  }
+  __syncthreads();
+  for (int64_t b = t0 * a.k; b < t1 * a.k; b += 32) {
+    const int64_t i = b + lane;
+    const bool live = i < t1 * a.k;
+    const int e = live ? expert_at(a, i) : -1;
+    const unsigned same = __match_any_sync(0xffffffffu, e);
+    int32_t* c = e >= 0 ? &ecnt[w * a.experts + e] : nullptr;
+    const int32_t start = c != nullptr ? *c : 0;
+    if (live) a.slot_idx[i] = e >= 0 ? start + __popc(same & before) : -1;
+    __syncwarp();
+    if (c != nullptr && (same & before) == 0) *c = start + __popc(same);
+    __syncwarp();
+  }
+  for (int64_t b = t0; b < t1; b += 32) {
+    const int64_t t = b + lane;
+    const bool live = t < t1;
+    for (int r = 0; r < a.world; ++r) {
+      const bool to = live && goes_to(a, t, r);
+      const unsigned ballot = __ballot_sync(0xffffffffu, to);
+      const int32_t start = rcnt[w * a.world + r];
+      if (live) a.dest_pos[t * a.world + r] = to ? start + __popc(ballot & before) : -1;
+      __syncwarp();
+      if (lane == 0) rcnt[w * a.world + r] = start + __popc(ballot);
+      __syncwarp();
+    }
   }
   __syncthreads();
   if (tid == 0) {
@@ -260,6 +315,22 @@ __global__ void __launch_bounds__(kRouteThreads) layout_route_kernel(const MoeDe
     const int e = expert_at(a, i);
     a.slot_row[i] = e < 0 ? -1 : static_cast<int32_t>(a.ebase[e] + a.slot_idx[i]);
   }
+}
+
+// The route kernel's warps and shared memory: as many warps (up to kRouteThreads / 32) as fit
+// their counters in the default 48 KiB; one warp with the opt-in limit beyond that.
+struct RouteShape {
+  int warps = 1;
+  size_t shared = 0;
+};
+RouteShape route_shape(const MoeDeviceLayoutArgs& a) {
+  const size_t per_warp = static_cast<size_t>(a.experts + a.world) * sizeof(int32_t);
+  RouteShape s;
+  const size_t fit = (48u * 1024u) / (per_warp > 0 ? per_warp : 1);
+  constexpr size_t most = kRouteThreads / 32;
+  s.warps = static_cast<int>(fit < 1 ? 1 : (fit > most ? most : fit));
+  s.shared = per_warp * static_cast<size_t>(s.warps);
+  return s;
 }
 
 // Block 0 writes the count blocks; each token's block writes its pack into every piece it goes
@@ -423,7 +494,14 @@ int launch_moe_combine(const MoeCombineArgs& a, void* stream) {
 
 int launch_moe_layout_route_pack(const MoeDeviceLayoutArgs& a, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  layout_route_kernel<<<1, kRouteThreads, 0, s>>>(a);
+  const RouteShape shape = route_shape(a);
+  if (shape.shared > 48u * 1024u) {
+    const cudaError_t e = cudaFuncSetAttribute(
+        layout_route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        static_cast<int>(shape.shared));
+    if (e != cudaSuccess) return static_cast<int>(e);  // more experts than shared memory holds
+  }
+  layout_route_kernel<<<1, static_cast<unsigned>(shape.warps * 32), shape.shared, s>>>(a);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return static_cast<int>(e);
   LayoutParams p;
