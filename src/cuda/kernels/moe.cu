@@ -496,9 +496,9 @@ int launch_moe_layout_route_pack(const MoeDeviceLayoutArgs& a, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   const RouteShape shape = route_shape(a);
   if (shape.shared > 48u * 1024u) {
-    const cudaError_t e = cudaFuncSetAttribute(
-        layout_route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        static_cast<int>(shape.shared));
+    const cudaError_t e =
+        cudaFuncSetAttribute(layout_route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(shape.shared));
     if (e != cudaSuccess) return static_cast<int>(e);  // more experts than shared memory holds
   }
   layout_route_kernel<<<1, static_cast<unsigned>(shape.warps * 32), shape.shared, s>>>(a);
