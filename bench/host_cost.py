@@ -102,7 +102,24 @@ def worker(args):
             f"  {tt / args.calls * 1e6:8.2f} {ct / args.calls * 1e6:8.2f}  {nc / args.calls:4.1f}  "
             f"{os.path.basename(f)}:{line}({fname})"
             for (f, line, fname), (_, nc, tt, ct, _) in top)
+    kernels = {}
+    if cuda:  # what each call puts on the GPU: kernels and copies, their time per call
+        from torch.profiler import ProfilerActivity, profile
+        for name in ("raw", "op", "a2av"):
+            fn = variants[name]
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(50):
+                    fn()
+                torch.cuda.synchronize()
+            sync()
+            kernels[name] = [
+                (getattr(e, "device_time_total", 0) / 50, e.count / 50, e.key)
+                for e in prof.key_averages() if getattr(e, "device_time_total", 0) > 0]
     if rank == 0:
+        for name, rows in kernels.items():
+            print(f"GPU work per call of {name}: us, launches per call, what")
+            for us, count, key in sorted(rows, reverse=True):
+                print(f"  {us:8.2f} {count:4.1f}  {key[:100]}")
         print(f"host us per call (best of {args.repeats} x {args.calls} calls, no sync between), "
               f"{world} ranks, {device}, {n} bf16")
         for name, us in rows_out:

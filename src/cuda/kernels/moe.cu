@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/float_convert.hpp"
@@ -220,6 +221,23 @@ __device__ __forceinline__ bool goes_to(const MoeDeviceLayoutArgs& a, int64_t t,
   return false;
 }
 
+// An exclusive prefix sum of v[0, n) into out[0, n] (out[n]: the total) by one warp, 32 at a time.
+__device__ __forceinline__ void warp_prefix(const int32_t* v, int32_t* out, int n, int lane) {
+  int32_t carry = 0;
+  for (int b = 0; b < n; b += 32) {
+    const int i = b + lane;
+    const int32_t x = i < n ? v[i] : 0;
+    int32_t inc = x;
+    for (int d = 1; d < 32; d <<= 1) {
+      const int32_t u = __shfl_up_sync(0xffffffffu, inc, d);
+      if (lane >= d) inc += u;
+    }
+    if (i < n) out[i] = carry + inc - x;
+    carry += __shfl_sync(0xffffffffu, inc, 31);
+  }
+  if (lane == 0) out[n] = carry;
+}
+
 // One block of W warps; warp w owns a contiguous run of tokens (and so of entries), and shared
 // memory holds a counter per (warp, expert) and per (warp, destination rank). Pass 1 counts each
 // warp's entries per expert and tokens per destination; pass 2 turns the counts into each warp's
@@ -227,15 +245,19 @@ __device__ __forceinline__ bool goes_to(const MoeDeviceLayoutArgs& a, int64_t t,
 // run 32 entries (tokens) at a time: an entry's index among this rank's entries of its expert is
 // its warp's start plus the lanes before it with the same expert (__match_any_sync), so the order
 // is (token, slot) as on the host, with O(entries) work in all instead of O(entries x experts)
-// on one thread per expert. Then the prefixes (thread 0) and each entry's row in what combine
-// brings back. Shared memory: W * (experts + world) int32 (route_shared_bytes).
+// on one thread per expert. Then the prefixes (by warp 0, in shared memory: a loop over global
+// memory just written costs a cache round trip per step) and each entry's row in what combine
+// brings back. Shared memory: route_shape().
 __global__ void __launch_bounds__(kRouteThreads) layout_route_kernel(const MoeDeviceLayoutArgs a) {
   extern __shared__ int32_t route_shared[];
   const int tid = threadIdx.x, nt = blockDim.x;
   const int warps = nt / 32, w = tid / 32, lane = tid % 32;
   const unsigned before = (1u << lane) - 1u;
-  int32_t* ecnt = route_shared;                      // [warps][experts]
-  int32_t* rcnt = route_shared + warps * a.experts;  // [warps][world]
+  int32_t* ecnt = route_shared;              // [warps][experts]
+  int32_t* rcnt = ecnt + warps * a.experts;  // [warps][world]
+  int32_t* ehist = rcnt + warps * a.world;   // [experts]: entries per expert
+  int32_t* ebase = ehist + a.experts;        // [experts + 1]: their exclusive prefix
+  int32_t* tok = ebase + a.experts + 1;      // [world]: tokens to each rank
   const int64_t n = a.tokens * a.k;
   const int64_t t0 = a.tokens * w / warps, t1 = a.tokens * (w + 1) / warps;
   for (int i = tid; i < warps * (a.experts + a.world); i += nt) route_shared[i] = 0;
@@ -255,6 +277,7 @@ __global__ void __launch_bounds__(kRouteThreads) layout_route_kernel(const MoeDe
       ecnt[v * a.experts + e] = run;
       run += c;
     }
+    ehist[e] = run;
     a.hist[e] = run;
   }
   for (int r = tid; r < a.world; r += nt) {
@@ -264,6 +287,7 @@ __global__ void __launch_bounds__(kRouteThreads) layout_route_kernel(const MoeDe
       rcnt[v * a.world + r] = run;
       run += c;
     }
+    tok[r] = run;
     a.tok_count[r] = run;
   }
   __syncthreads();
@@ -292,44 +316,40 @@ __global__ void __launch_bounds__(kRouteThreads) layout_route_kernel(const MoeDe
       __syncwarp();
     }
   }
+  if (w == 0) warp_prefix(ehist, ebase, a.experts, lane);
   __syncthreads();
+  for (int e = tid; e < a.experts; e += nt) a.ebase[e] = ebase[e];
   if (tid == 0) {
-    int64_t run = 0;
-    for (int e = 0; e < a.experts; ++e) {
-      a.ebase[e] = run;
-      run += a.hist[e];
-    }
     int64_t off = 0;
     for (int r = 0; r < a.world; ++r) {
-      const int64_t units = (a.cb + a.tok_count[r] * a.pack) / 4;
+      const int64_t units = (a.cb + static_cast<int64_t>(tok[r]) * a.pack) / 4;
       a.send_off[r] = off;
       a.send_units[r] = units;
       off += units;
-      int64_t rows = 0;
-      for (int e = r * a.local; e < (r + 1) * a.local; ++e) rows += a.hist[e];
-      a.back_rows[r] = rows;
+      a.back_rows[r] = ebase[(r + 1) * a.local] - ebase[r * a.local];
     }
   }
-  __syncthreads();
   for (int64_t i = tid; i < n; i += nt) {
     const int e = expert_at(a, i);
-    a.slot_row[i] = e < 0 ? -1 : static_cast<int32_t>(a.ebase[e] + a.slot_idx[i]);
+    a.slot_row[i] = e < 0 ? -1 : ebase[e] + a.slot_idx[i];
   }
 }
 
-// The route kernel's warps and shared memory: as many warps (up to kRouteThreads / 32) as fit
-// their counters in the default 48 KiB; one warp with the opt-in limit beyond that.
+// The route kernel's warps and shared memory: the totals and prefixes (2 * experts + 1 + world
+// int32), then as many warps' counters (experts + world each, up to kRouteThreads / 32 warps) as
+// fit in the default 48 KiB; one warp, with the opt-in limit, beyond that.
 struct RouteShape {
   int warps = 1;
   size_t shared = 0;
 };
 RouteShape route_shape(const MoeDeviceLayoutArgs& a) {
+  const size_t fixed = static_cast<size_t>(2 * a.experts + 1 + a.world) * sizeof(int32_t);
   const size_t per_warp = static_cast<size_t>(a.experts + a.world) * sizeof(int32_t);
+  constexpr size_t limit = 48u * 1024u, most = kRouteThreads / 32;
+  const size_t fit = fixed < limit ? (limit - fixed) / (per_warp > 0 ? per_warp : 1) : 0;
   RouteShape s;
-  const size_t fit = (48u * 1024u) / (per_warp > 0 ? per_warp : 1);
-  constexpr size_t most = kRouteThreads / 32;
   s.warps = static_cast<int>(fit < 1 ? 1 : (fit > most ? most : fit));
-  s.shared = per_warp * static_cast<size_t>(s.warps);
+  s.shared = fixed + per_warp * static_cast<size_t>(s.warps);
   return s;
 }
 
@@ -369,42 +389,60 @@ __global__ void __launch_bounds__(kMoeThreads) layout_pack_kernel(const LayoutPa
 
 // One block, after the exchange: tokens per source, rows per (local expert, source) and where
 // they start in the expert's slab, where (source, expert) starts in combine's piece for that
-// source, the expert counts.
+// source, the expert counts. The counts are kept in shared memory ([local][world] int32, then
+// world int64 receive offsets: place_shared_bytes), so the loops over them do not wait on global
+// memory they just wrote.
 __global__ void __launch_bounds__(kRouteThreads) layout_place_kernel(const MoeDeviceLayoutArgs a) {
+  extern __shared__ int64_t place_shared[];
+  int64_t* off = place_shared;                                     // [world]: recv_off
+  auto* got = reinterpret_cast<int32_t*>(place_shared + a.world);  // [world]: a piece came
+  int32_t* cnt = got + a.world;                                    // [local][world]
   const int tid = threadIdx.x, nt = blockDim.x;
   const int64_t slab = a.world * a.max_tokens;
   for (int s = tid; s < a.world; s += nt) {
     const int64_t bytes = a.recv_units[s] * 4;
     a.recv_tokens[s] = bytes >= a.cb ? (bytes - a.cb) / a.pack : 0;
+    off[s] = a.recv_off[s];
+    got[s] = bytes >= a.cb ? 1 : 0;
   }
+  __syncthreads();
+  for (int i = tid; i < a.local * a.world; i += nt) {
+    const int e = i / a.world, s = i % a.world;
+    const int32_t c = got[s] ? reinterpret_cast<const int32_t*>(a.recv + off[s] * 4)[e] : 0;
+    cnt[i] = c;
+    a.cnt[i] = c;
+  }
+  __syncthreads();
   for (int e = tid; e < a.local; e += nt) {
     int64_t run = 0;
     for (int s = 0; s < a.world; ++s) {
-      const bool got = a.recv_units[s] * 4 >= a.cb;
-      const int32_t c = got ? reinterpret_cast<const int32_t*>(a.recv + a.recv_off[s] * 4)[e] : 0;
-      a.cnt[e * a.world + s] = c;
       a.base[e * a.world + s] = static_cast<int32_t>(run);
-      run += c;
+      run += cnt[e * a.world + s];
     }
     a.expert_counts[e] = run < slab ? run : slab;
   }
-  __syncthreads();
   for (int s = tid; s < a.world; s += nt) {
     int64_t run = 0;
     for (int e = 0; e < a.local; ++e) {
       a.pre[s * a.local + e] = static_cast<int32_t>(run);
-      run += a.cnt[e * a.world + s];
+      run += cnt[e * a.world + s];
     }
     a.rows_back[s] = run;
+    got[s] = static_cast<int32_t>(run);  // read below, after the barrier
   }
   __syncthreads();
   if (tid == 0) {
-    int64_t off = 0;
+    int64_t o = 0;
     for (int s = 0; s < a.world; ++s) {
-      a.off_back[s] = off;
-      off += a.rows_back[s];
+      a.off_back[s] = o;
+      o += got[s];
     }
   }
+}
+
+size_t place_shared_bytes(const MoeDeviceLayoutArgs& a) {
+  return static_cast<size_t>(a.world) * (sizeof(int64_t) + sizeof(int32_t)) +
+         static_cast<size_t>(a.local) * static_cast<size_t>(a.world) * sizeof(int32_t);
 }
 
 // A block per received token (source s, index i): its row (and scales) to each of its rows in
@@ -431,12 +469,14 @@ __global__ void __launch_bounds__(kMoeThreads) layout_unpack_kernel(const Layout
   }
 }
 
-// A block per (source s, local expert e): the rows of y that go back to s, in s's order (by
-// expert, then token, slot); block 0 also writes both sides' counts of combine's exchange.
+// Blocks (pair, stripe) for each (source s, local expert e) pair: the rows of y that go back to
+// s, in s's order (by expert, then token, slot), stripe y taking rows y, y + stripes, ...; block
+// (0, 0) also writes both sides' counts of combine's exchange. A pair's rows are only known on
+// the device, so each pair gets the same number of stripes.
 __global__ void __launch_bounds__(kMoeThreads) layout_combine_pack_kernel(const LayoutParams p) {
   const MoeDeviceLayoutArgs& a = p.a;
   const int64_t slab = a.world * a.max_tokens;
-  if (blockIdx.x == 0) {
+  if (blockIdx.x == 0 && blockIdx.y == 0) {
     for (int r = threadIdx.x; r < a.world; r += blockDim.x) {
       a.c_send_units[r] = a.rows_back[r] * a.stride / 4;
       a.c_recv_units[r] = a.back_rows[r] * a.stride / 4;
@@ -446,7 +486,7 @@ __global__ void __launch_bounds__(kMoeThreads) layout_combine_pack_kernel(const 
     const int64_t s = b / a.local, e = b % a.local;
     const int64_t n = a.cnt[e * a.world + s], first = a.base[e * a.world + s];
     char* dst = a.send + (a.off_back[s] + a.pre[s * a.local + e]) * a.stride;
-    for (int64_t i = 0; i < n && first + i < slab; ++i)
+    for (int64_t i = blockIdx.y; i < n && first + i < slab; i += gridDim.y)
       copy_bytes(dst + i * a.stride, a.y + (e * slab + first + i) * a.y_row_bytes, a.y_row_bytes,
                  p.w_y);
   }
@@ -515,7 +555,14 @@ int launch_moe_layout_route_pack(const MoeDeviceLayoutArgs& a, void* stream) {
 
 int launch_moe_layout_place(const MoeDeviceLayoutArgs& a, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  layout_place_kernel<<<1, kRouteThreads, 0, s>>>(a);
+  const size_t place_shared = place_shared_bytes(a);
+  if (place_shared > 48u * 1024u) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(layout_place_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(place_shared));
+    if (e != cudaSuccess) return static_cast<int>(e);  // more experts than shared memory holds
+  }
+  layout_place_kernel<<<1, kRouteThreads, place_shared, s>>>(a);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return static_cast<int>(e);
   LayoutParams p;
@@ -533,8 +580,10 @@ int launch_moe_layout_combine_pack(const MoeDeviceLayoutArgs& a, void* stream) {
   p.a = a;
   p.w_y = width_of({a.y, a.y_row_bytes, a.send, a.stride, a.y_row_bytes});
   const int64_t pairs = static_cast<int64_t>(a.world) * a.local;
-  layout_combine_pack_kernel<<<static_cast<unsigned>(grid_of(pairs)), kMoeThreads, 0,
-                               static_cast<cudaStream_t>(stream)>>>(p);
+  // About 2048 blocks in all: a pair's rows are many at prefill and few at decode.
+  const int64_t per_pair = std::max<int64_t>(1, std::min<int64_t>(2048 / pairs, 64));
+  const dim3 grid(static_cast<unsigned>(grid_of(pairs)), static_cast<unsigned>(per_pair));
+  layout_combine_pack_kernel<<<grid, kMoeThreads, 0, static_cast<cudaStream_t>(stream)>>>(p);
   return static_cast<int>(cudaGetLastError());
 }
 
