@@ -534,6 +534,11 @@ def find_memory(ptr: int, nbytes: int = 0) -> tuple[SymmetricMemory, int] | None
     (handle, byte offset) of the live symmetric allocation of this process that holds bytes [ptr, ptr + nbytes) of this rank's buffer, else None (no copy, no communication).
     """
 
+def memory_placement(ptr: int, nbytes: int = 0, group: Group | None = None) -> int:
+    """
+    -1: bytes [ptr, ptr + nbytes) are in no live symmetric allocation of this process; 1: they are, and it is over `group` (or group is None); 0: over another group.
+    """
+
 def select_backend(name: str) -> None:
     """
     Chooses this process's backend (auto, host, cuda, nvshmem, nccl) before the first allocation.

@@ -122,6 +122,12 @@ def _memory(t: torch.Tensor):
     return _symmem.find_memory(t.data_ptr(), _extent(t)) if isinstance(t, torch.Tensor) else None
 
 
+def _placement(t: torch.Tensor, g: Optional[_symmem.Group] = None) -> int:
+    """-1: t is not in symmem memory; 1: it is, over g (any group when g is None); 0: over
+    another group. What every op asks of its tensors, without building _memory's handle."""
+    return _symmem.memory_placement(t.data_ptr(), _extent(t), g)
+
+
 def is_symm_mem_tensor(tensor: torch.Tensor) -> bool:
     """True if `tensor` lies in symmem symmetric memory of this process (no communication)."""
     return _memory(tensor) is not None
@@ -457,10 +463,9 @@ def get(dst: torch.Tensor, hdl: _SymmetricMemory, peer: int, offset: int = 0) ->
 # another group (a subgroup op on a tensor allocated over the job) or not contiguous goes through a
 # temporary, which the symmem op copies through the group's workspace.
 def _src(t: torch.Tensor, g: _symmem.Group) -> torch.Tensor:
-    found = _memory(t)
-    if not t.is_contiguous() or (found is not None and found[0].group != g):
-        return t.contiguous() if not t.is_contiguous() else t.clone()
-    return t
+    if not t.is_contiguous():
+        return t.contiguous()
+    return t.clone() if _placement(t, g) == 0 else t
 
 
 class _Dst:
@@ -468,8 +473,7 @@ class _Dst:
 
     def __init__(self, t: torch.Tensor, g: _symmem.Group):
         self.t = t
-        found = _memory(t)
-        direct = t.is_contiguous() and (found is None or found[0].group == g)
+        direct = t.is_contiguous() and _placement(t, g) != 0
         self.w = t if direct else torch.empty(t.shape, dtype=t.dtype, device=t.device)
 
     def done(self) -> torch.Tensor:
@@ -609,9 +613,7 @@ def all_to_all_vdev(input, out, in_splits, out_splits_offsets, group_name):
     # received counts and offsets go straight into out_splits_offsets where it can take them.
     counts = in_splits.reshape(-1) * row if row > 1 else in_splits.reshape(-1)
     so = out_splits_offsets
-    found = _memory(so)
-    direct = (so.dtype == torch.int64 and so.is_contiguous()
-              and (found is None or found[0].group == g))
+    direct = so.dtype == torch.int64 and so.is_contiguous() and _placement(so, g) != 0
     if direct:
         recv_counts, recv_offsets = so[0], so[1]
     else:
@@ -881,7 +883,7 @@ def _register_cuda() -> None:
         has_cuda = _has(f"symm_mem::{name}", "CUDA")
 
         def route(*args, _kernel=kernel, _op=op, _has_cuda=has_cuda):
-            if not _has_cuda or any(_memory(a) is not None for a in args
+            if not _has_cuda or any(_placement(a) > 0 for a in args
                                     if isinstance(a, torch.Tensor)):
                 return _kernel(*args)
             with torch._C._AutoDispatchBelowAutograd():
