@@ -58,6 +58,7 @@ size_t align_up(size_t n, size_t a) {
 // kernel, so the first failure stays whole.
 constexpr int kA2avCapacity = 1;
 constexpr int kA2avMismatch = 2;
+constexpr int kA2avPeerStaging = 3;  // a sender's staging refused its data (its row is all -1)
 
 __device__ void record_a2av_error(long long* rec, int kind, int peer, long long value,
                                   long long expected) {
@@ -121,10 +122,12 @@ __device__ void grid_copy(char* dst, const char* src, size_t bytes) {
                             static_cast<int>(gridDim.x * blockDim.x));
 }
 
-// all_to_all_v stage in: send_counts -> my row, send data -> src area (capacity checked).
+// all_to_all_v stage in: send_counts -> my row, and (stage) the send data -> src area, whose
+// capacity is checked. A rank whose data do not fit publishes a row of -1: no rank sends to or
+// from it, and each receiver records which rank it was (kA2avPeerStaging).
 __global__ void a2av_stage_kernel(const int64_t* send_counts, int world, const char* send,
                                   int64_t* my_row, char* src_area, size_t src_capacity_elems,
-                                  size_t esize, long long* rec, int me) {
+                                  size_t esize, bool stage, long long* rec, int me) {
   __shared__ long long total;
   if (threadIdx.x == 0) {
     long long t = 0;
@@ -132,16 +135,13 @@ __global__ void a2av_stage_kernel(const int64_t* send_counts, int world, const c
     total = t;
   }
   __syncthreads();
+  const bool fits = total >= 0 && (!stage || static_cast<size_t>(total) <= src_capacity_elems);
   if (blockIdx.x == 0) {
-    for (int p = threadIdx.x; p < world; p += blockDim.x) my_row[p] = send_counts[p];
-  }
-  if (total < 0 || static_cast<size_t>(total) > src_capacity_elems) {
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
+    for (int p = threadIdx.x; p < world; p += blockDim.x) my_row[p] = fits ? send_counts[p] : -1;
+    if (!fits && threadIdx.x == 0)
       record_a2av_error(rec, kA2avCapacity, me, total, static_cast<long long>(src_capacity_elems));
-    }
-    return;
   }
-  grid_copy(src_area, send, static_cast<size_t>(total) * esize);
+  if (fits && stage) grid_copy(src_area, send, static_cast<size_t>(total) * esize);
 }
 
 // Publishes my row of counts into row `me` of every peer's matrix.
@@ -157,10 +157,12 @@ __global__ void a2av_data_kernel(const int64_t* matrix, int world, const char* s
                                  char* dst_area, size_t recv_capacity, size_t esize, const int* pes,
                                  int me) {
   const int p = blockIdx.y;
+  if (matrix[static_cast<size_t>(me) * world + p] <= 0) return;  // nothing, or this rank refused
   long long send_off = 0, dst_off = 0, total_at_p = 0;
   for (int q = 0; q < p; ++q) send_off += matrix[static_cast<size_t>(me) * world + q];
   for (int q = 0; q < world; ++q) {
     const long long c = matrix[static_cast<size_t>(q) * world + p];
+    if (c < 0) return;  // a sender to p refused: p records it and takes nothing
     if (q < me) dst_off += c;
     total_at_p += c;
   }
@@ -180,12 +182,24 @@ __global__ void a2av_finish_kernel(const int64_t* matrix, int world, const char*
                                    bool counts_known, size_t recv_capacity, size_t esize,
                                    long long* rec, int me) {
   __shared__ long long total;
+  __shared__ int refused;  // the lowest sender whose staging refused its data (world: none)
   if (threadIdx.x == 0) {
     long long t = 0;
-    for (int q = 0; q < world; ++q) t += matrix[static_cast<size_t>(q) * world + me];
+    refused = world;
+    for (int q = 0; q < world; ++q) {
+      const long long c = matrix[static_cast<size_t>(q) * world + me];
+      if (c < 0 && refused == world) refused = q;
+      t += c;
+    }
     total = t;
   }
   __syncthreads();
+  if (refused < world) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+      record_a2av_error(rec, kA2avPeerStaging, refused, -1, 0);
+    }
+    return;
+  }
   if (blockIdx.x == 0) {
     __shared__ int first_bad;  // the lowest peer whose count disagrees (world: none)
     if (threadIdx.x == 0) first_bad = world;
@@ -303,15 +317,20 @@ void NvshmemBackend::raise_a2av_error(const char* op, int rank) {
   const long long kind = rec[1], peer = rec[2], value = rec[3], expected = rec[4];
   __atomic_store_n(&rec[0], 0, __ATOMIC_RELEASE);
   std::ostringstream os;
+  const char* arg = kind == kA2avCapacity ? "recv_capacity" : "recv_counts";
   if (kind == kA2avCapacity) {
     os << "all_to_all_v: " << value << " elements exceed the capacity of " << expected
-       << " (recv_capacity, or the send staging area of the same size)";
+       << " (recv_capacity, or, for a send buffer outside nvshmem memory with a peer on another "
+          "host, the send staging area of the same size)";
+  } else if (kind == kA2avPeerStaging) {
+    arg = "send_counts";
+    os << "all_to_all_v: rank " << peer << " sent nothing: its send data did not fit its staging "
+       << "area (its own error names the numbers), so no rank received from it";
   } else {
     os << "all_to_all_v: recv_counts[" << peer << "] = " << value << " but rank " << peer
        << " sends " << expected << " elements";
   }
-  throw_invalid_argument(op, rank, kind == kA2avCapacity ? "recv_capacity" : "recv_counts",
-                         os.str());
+  throw_invalid_argument(op, rank, arg, os.str());
 }
 
 void NvshmemBackend::finish(const OpArgs& a, const char* op, int rank) {
@@ -438,32 +457,41 @@ void NvshmemBackend::run_all_to_all_v(const OpArgs& a) {
   const int world = a.group->world_size();
   const size_t esize = dtype_size(a.dtype);
   auto stream = static_cast<cudaStream_t>(a.stream);
-  // [my row: W | matrix: W*W | src area: capacity | dst area: capacity]
+  // The data kernel puts straight from the send buffer when it may be the source of a put: every
+  // peer is load/store reachable (the put is a copy through the peer's pointer), or the buffer
+  // is nvshmem memory. Else (a plain buffer, a peer on another host) it is staged first, in an
+  // area of recv_capacity elements: the one case with a limit on what a rank sends.
+  bool in_place = group_all_direct(a);
+  if (!in_place && a.send_sym.valid())
+    in_place = dynamic_cast<NvshmemMemory*>(a.send_sym.backend_memory().get()) != nullptr;
+  // [my row: W | matrix: W*W | src area: capacity (staged only) | dst area: capacity]
   const size_t row_bytes = align_up(sizeof(int64_t) * world, 256);
   const size_t matrix_bytes = align_up(sizeof(int64_t) * world * world, 256);
   const size_t area = align_up(a.recv_capacity * esize, 256);
-  Staging st = staging(a, row_bytes + matrix_bytes + 2 * area, op);
+  const size_t src_bytes = in_place ? 0 : area;
+  Staging st = staging(a, row_bytes + matrix_bytes + src_bytes + area, op);
   const SymmetricMemory& ws = st.ws;
   auto& mem = *st.mem;
   char* base = st.base;
   auto* my_row = reinterpret_cast<int64_t*>(base);
   auto* matrix = reinterpret_cast<int64_t*>(base + row_bytes);
   char* src_area = base + row_bytes + matrix_bytes;
-  char* dst_area = src_area + area;
+  char* dst_area = src_area + src_bytes;
+  const char* src = in_place ? static_cast<const char*>(a.send) : src_area;
   NvSync s = mem.nv_sync(0, mem.bytes(), a.timeout);
   long long* rec = a2av_record();
 
   barrier_on(ws, mem, a, op);  // peers are done with the previous op's workspace
-  a2av_stage_kernel<<<copy_grid(a.recv_capacity * esize), kThreads, 0, stream>>>(
+  a2av_stage_kernel<<<in_place ? 1 : copy_grid(a.recv_capacity * esize), kThreads, 0, stream>>>(
       a.send_counts, world, static_cast<const char*>(a.send), my_row, src_area, a.recv_capacity,
-      esize, rec, rank);
+      esize, !in_place, rec, rank);
   check_launch(op, rank);
   a2av_counts_kernel<<<world, 32, 0, stream>>>(matrix, my_row, world, s.pes, rank);
   check_launch(op, rank);
   barrier_on(ws, mem, a, op);  // every row arrived
   dim3 grid(grid_for(a.recv_capacity * esize / std::max(world, 1)), world);
-  a2av_data_kernel<<<grid, kThreads, 0, stream>>>(matrix, world, src_area, dst_area,
-                                                  a.recv_capacity, esize, s.pes, rank);
+  a2av_data_kernel<<<grid, kThreads, 0, stream>>>(matrix, world, src, dst_area, a.recv_capacity,
+                                                  esize, s.pes, rank);
   check_launch(op, rank);
   barrier_on(ws, mem, a, op);  // every block arrived
   a2av_finish_kernel<<<copy_grid(a.recv_capacity * esize), kThreads, 0, stream>>>(
