@@ -54,7 +54,9 @@ foreach(np 2 4)
                  ENV "${_suite_gpu_env};SYMMEM_BACKEND=nvshmem"
                      "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=${pct}")
 endforeach()
-symmem_py_test(python_torch_mp_2 NP 2 FILES test_torch_mp.py LABELS gpu)
+# Its CUDA cases share the one GPU under MPS in gpu-check (without the variable they skipped).
+symmem_py_test(python_torch_mp_2 NP 2 FILES test_torch_mp.py LABELS gpu
+               ENV "SYMMEM_ALLOW_SHARED_GPU=1")
 # MoE dispatch and combine against the reference (issue #20): 2, 3, 4 and 8 ranks.
 foreach(np 2 3 4 8)
   symmem_py_test(python_moe_${np} NP ${np} FILES test_moe.py)
