@@ -645,35 +645,51 @@ MoeLayout moe_layout(const void* topk_idx, DType idx_dtype, size_t tokens, int t
   const auto* ids = reinterpret_cast<const int64_t*>(recv.data());
   const int64_t first_expert = static_cast<int64_t>(rank) * l->local;
   const size_t slab = l->max_tokens * static_cast<size_t>(world);
-  l->expert_counts.assign(static_cast<size_t>(l->local), 0);
-  l->expert_offset.resize(static_cast<size_t>(l->local));
-  for (int e = 0; e < l->local; ++e) {
-    auto eu = static_cast<size_t>(e);
-    l->expert_offset[eu] = l->max_tokens > 0 ? eu * slab : l->row_token.size();
-    if (l->max_tokens > 0) l->row_token.resize(eu * slab, -1);
-    for (int s = 0; s < world; ++s) {
-      auto su = static_cast<size_t>(s);
-      for (size_t i = 0; i < static_cast<size_t>(recv_n[su]); ++i) {
-        size_t tok = l->recv_first[su] + i;
-        const int64_t* m = ids + tok * (k + 1);
-        for (size_t j = 0; j < k; ++j) {
-          if (m[1 + j] != first_expert + e) continue;
-          l->row_token.push_back(static_cast<int64_t>(tok));
-          l->row_source.insert(l->row_source.end(),
-                               {static_cast<int64_t>(s), m[0], static_cast<int64_t>(j)});
-          ++l->expert_counts[eu];
-        }
-      }
+  // A counting sort by local expert: one pass counts each expert's rows, a second writes each
+  // row at its expert's next place. Both walk the received tokens in order (source, then token)
+  // and each token's slots in order, so an expert's rows keep that order (symmem/moe.hpp), in
+  // O(received x topk) instead of a pass over everything received per local expert.
+  const auto local = static_cast<size_t>(l->local);
+  const size_t total = received;
+  auto local_expert = [&](const int64_t* m, size_t j) {
+    const int64_t e = m[1 + j] - first_expert;
+    return e >= 0 && e < l->local ? static_cast<int64_t>(e) : int64_t{-1};
+  };
+  l->expert_counts.assign(local, 0);
+  for (size_t tok = 0; tok < total; ++tok)
+    for (size_t j = 0; j < k; ++j) {
+      const int64_t e = local_expert(ids + tok * (k + 1), j);
+      if (e >= 0) ++l->expert_counts[static_cast<size_t>(e)];
     }
-    if (l->max_tokens > 0) {  // pad the expert's slab with unwritten rows
-      size_t used = l->row_token.size() - eu * slab;
-      if (used > slab)  // only when tokens list one expert in several slots
-        throw_invalid_argument(op, rank, "topk_idx",
-                               "sends " + std::to_string(used) + " rows to local expert " +
-                                   std::to_string(e) + ", more than its low_latency slab of " +
-                                   std::to_string(slab) + " (world_size x max_tokens)");
-      l->row_source.resize(l->row_source.size() + 3 * (slab - used), -1);
-      l->row_token.resize((eu + 1) * slab, -1);
+  l->expert_offset.resize(local);
+  size_t rows = 0;
+  for (size_t e = 0; e < local; ++e) {
+    const auto used = static_cast<size_t>(l->expert_counts[e]);
+    if (l->max_tokens > 0 && used > slab)  // only when tokens list one expert in several slots
+      throw_invalid_argument(op, rank, "topk_idx",
+                             "sends " + std::to_string(used) + " rows to local expert " +
+                                 std::to_string(e) + ", more than its low_latency slab of " +
+                                 std::to_string(slab) + " (world_size x max_tokens)");
+    l->expert_offset[e] = l->max_tokens > 0 ? e * slab : rows;
+    rows += l->max_tokens > 0 ? slab : used;  // low_latency: the slab's unwritten rows stay -1
+  }
+  l->row_token.assign(rows, -1);
+  l->row_source.assign(3 * rows, -1);
+  std::vector<size_t> next(l->expert_offset);
+  for (int s = 0; s < world; ++s) {
+    const auto su = static_cast<size_t>(s);
+    for (size_t i = 0; i < static_cast<size_t>(recv_n[su]); ++i) {
+      const size_t tok = l->recv_first[su] + i;
+      const int64_t* m = ids + tok * (k + 1);
+      for (size_t j = 0; j < k; ++j) {
+        const int64_t e = local_expert(m, j);
+        if (e < 0) continue;
+        const size_t at = next[static_cast<size_t>(e)]++;
+        l->row_token[at] = static_cast<int64_t>(tok);
+        l->row_source[3 * at] = s;
+        l->row_source[3 * at + 1] = m[0];
+        l->row_source[3 * at + 2] = static_cast<int64_t>(j);
+      }
     }
   }
   l->rows = l->row_token.size();
