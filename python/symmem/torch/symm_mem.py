@@ -513,8 +513,11 @@ def _same_numel(fn: str, a: torch.Tensor, an: str, b: torch.Tensor, bn: str, ran
 
 def _all_reduce_out(fn, algo, input, reduce_op, group_name, out):
     g = _group(group_name, fn)
-    with _Refusing("all_reduce", g, input.device, input.numel(), input.dtype):
-        _same_numel(fn, input, "input", out, "out", g.rank)
+    if input.numel() != out.numel():  # the refusal is set up only when there is one to make
+        with _Refusing("all_reduce", g, input.device, input.numel(), input.dtype):
+            _same_numel(fn, input, "input", out, "out", g.rank)
+    # `out` may be new (one_shot_all_reduce) and still symmetric memory of another group, when
+    # torch allocates from a symmem MemPool: _Dst looks.
     dst = _Dst(out, g)
     _symmem.all_reduce(_src(input, g), op=reduce_op, algo=algo, out=dst.w, group=g)
     return dst.done()
