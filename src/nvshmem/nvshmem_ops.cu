@@ -11,6 +11,8 @@
 // - all_reduce, reduce_scatter, all_gather run the cuda backend's peer-pointer kernels
 //   (cuda_run_op) when every peer is directly reachable, else NVSHMEM's team collectives
 //   (nvshmemx_*_reduce_on_stream, nvshmemx_fcollectmem_on_stream) on the workspace.
+//   all_to_all_v takes the peer-pointer kernels too when every peer is directly reachable (their
+//   errors are every rank's: NOTE [all_to_all_v]), else the NVSHMEM path below.
 //
 // all_to_all_v (device-side counts): every rank publishes its send_counts row to every peer,
 // so each rank holds the full matrix M[src][dst] and can place its block for peer p at
@@ -347,6 +349,7 @@ bool NvshmemBackend::runs_on_cuda_kernels(const OpArgs& a) {
     case OpKind::all_reduce:
     case OpKind::reduce_scatter:
     case OpKind::all_gather:
+    case OpKind::all_to_all_v:
       return group_all_direct(a);
     default:
       return false;
@@ -379,7 +382,14 @@ void NvshmemBackend::run(const OpArgs& a) {
       run_all_to_all(a);
       break;
     case OpKind::all_to_all_v:
-      run_all_to_all_v(a);
+      // On one host, the cuda kernels (NOTE [all_to_all_v]): every rank sees every count and
+      // expectation, so a disagreement or an overflow is raised by every rank and moves nothing,
+      // as on the cuda backend; NVSHMEM's own path (below) reaches other hosts.
+      if (group_all_direct(a)) {
+        cuda_run_op(a);
+      } else {
+        run_all_to_all_v(a);
+      }
       break;
     case OpKind::put:
     case OpKind::get:

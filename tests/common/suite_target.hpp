@@ -238,10 +238,13 @@ inline void settle(const Group& group) {
 // of it rather than waiting: on the host backend through the agreement; on the GPU where the op
 // runs on the peer-pointer kernels, which take a refused op's place (NOTE [refused ops] in
 // src/cuda/kernels/refuse.cu): every op on cuda and on nccl within one host; on nvshmem
-// all_reduce, reduce_scatter and all_gather (its other ops have kernels of their own).
+// all_reduce, reduce_scatter, all_gather and all_to_all_v when every peer is directly reachable
+// (one host, as in the GPU check; NvshmemBackend::runs_on_cuda_kernels): its other ops have
+// kernels of their own.
 inline bool refusal_reaches_peers(OpKind op) {
   if (!target().gpu() || target().backend != "nvshmem") return true;
-  return op == OpKind::all_reduce || op == OpKind::reduce_scatter || op == OpKind::all_gather;
+  return op == OpKind::all_reduce || op == OpKind::reduce_scatter || op == OpKind::all_gather ||
+         op == OpKind::all_to_all_v;
 }
 
 // ---- what the op table left out --------------------------------------------------------------
