@@ -1342,12 +1342,22 @@ void refuse(const Call& c, ErrorCode code, bool (*route)(const OpArgs&) = nullpt
     Process& P = proc();
     Process::GroupWs g;
     std::shared_ptr<symmem::BackendMemory> alive;  // during the launch
-    {
+    auto look = [&] {
       std::lock_guard<std::mutex> lock(P.mu);
       auto it = P.group_ws.find(a.group->impl().get());
-      if (it == P.group_ws.end()) return;
+      if (it == P.group_ws.end()) return false;
       alive = it->second.mem.lock();
       g = it->second;
+      return true;
+    };
+    if (!look()) return;
+    if (alive == nullptr) {
+      // The group's workspace was replaced by an op that these kernels did not run (nvshmem's
+      // staged ops grow it): the peers' op takes up the current one, zeroing its control region
+      // and meeting in its first-use barrier (get_ws), and so does this rank, without growing it
+      // (it asks for the control region only), before it signals.
+      (void)get_ws(c, 0);
+      if (!look()) return;
     }
     if (alive == nullptr || g.device != a.device.index || g.bytes < L.data_offset + data) return;
     if (route != nullptr && !route(a)) return;  // the peers do not run these kernels for it
