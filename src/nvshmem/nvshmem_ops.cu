@@ -474,11 +474,13 @@ void NvshmemBackend::run_all_to_all_v(const OpArgs& a) {
   bool in_place = group_all_direct(a);
   if (!in_place && a.send_sym.valid())
     in_place = dynamic_cast<NvshmemMemory*>(a.send_sym.backend_memory().get()) != nullptr;
-  // [my row: W | matrix: W*W | src area: capacity (staged only) | dst area: capacity]
+  // [my row: W | matrix: W*W | src area: capacity | dst area: capacity]. The src area is there
+  // on every rank, used or not: the workspace grows collectively, by the same size everywhere,
+  // and whether a rank's send buffer is nvshmem memory is that rank's own affair.
   const size_t row_bytes = align_up(sizeof(int64_t) * world, 256);
   const size_t matrix_bytes = align_up(sizeof(int64_t) * world * world, 256);
   const size_t area = align_up(a.recv_capacity * esize, 256);
-  const size_t src_bytes = in_place ? 0 : area;
+  const size_t src_bytes = area;
   Staging st = staging(a, row_bytes + matrix_bytes + src_bytes + area, op);
   const SymmetricMemory& ws = st.ws;
   auto& mem = *st.mem;
