@@ -146,6 +146,23 @@ def test_low_latency_max_tokens_checked(g):
                           max_tokens=3, group=g)
 
 
+def test_low_latency_slab_overflow_is_named(g):
+    """A token that lists one expert in several slots sends it several rows: with every token of
+    every rank listing expert 0 three times, expert 0 gets 3 * w * 2 rows, more than its slab of
+    w * max_tokens = 2 * w. Rank 0, which holds it, refuses the layout naming the expert; the
+    others' layouts are fine (what they receive fits)."""
+    w = g.world_size
+    idx = np.zeros((2, 3), np.int64)  # 2 tokens, expert 0 in all three slots
+    if g.rank == 0:
+        with pytest.raises(ValueError, match=f"'topk_idx'.*sends {6 * w} rows to local expert 0, "
+                           f"more than its low_latency slab of {2 * w}"):
+            symmem.moe_layout(idx, w, mode="low_latency", max_tokens=2, group=g)
+    else:
+        layout = symmem.moe_layout(idx, w, mode="low_latency", max_tokens=2, group=g)
+        assert list(layout.expert_counts) == [0]
+    symmem.barrier(group=g)
+
+
 def test_fp8_tokens_with_scales(g):
     w, me, h = g.world_size, g.rank, 256
     t, k, local = 6, 2, 2
