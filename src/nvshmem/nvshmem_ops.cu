@@ -467,28 +467,26 @@ void NvshmemBackend::run_all_to_all_v(const OpArgs& a) {
   const int world = a.group->world_size();
   const size_t esize = dtype_size(a.dtype);
   auto stream = static_cast<cudaStream_t>(a.stream);
-  // The data kernel puts straight from the send buffer when it may be the source of a put: every
-  // peer is load/store reachable (the put is a copy through the peer's pointer), or the buffer
-  // is nvshmem memory. Else (a plain buffer, a peer on another host) it is staged first, in an
-  // area of recv_capacity elements: the one case with a limit on what a rank sends.
-  bool in_place = group_all_direct(a);
-  if (!in_place && a.send_sym.valid())
-    in_place = dynamic_cast<NvshmemMemory*>(a.send_sym.backend_memory().get()) != nullptr;
+  // run() comes here only when some peer is on another host. The data kernel puts straight from
+  // the send buffer when that is nvshmem memory (a put's source across hosts must be); else the
+  // data are staged first, in an area of recv_capacity elements: the one case with a limit on
+  // what a rank sends.
+  const bool in_place = a.send_sym.valid() &&
+                        dynamic_cast<NvshmemMemory*>(a.send_sym.backend_memory().get()) != nullptr;
   // [my row: W | matrix: W*W | src area: capacity | dst area: capacity]. The src area is there
   // on every rank, used or not: the workspace grows collectively, by the same size everywhere,
   // and whether a rank's send buffer is nvshmem memory is that rank's own affair.
   const size_t row_bytes = align_up(sizeof(int64_t) * world, 256);
   const size_t matrix_bytes = align_up(sizeof(int64_t) * world * world, 256);
   const size_t area = align_up(a.recv_capacity * esize, 256);
-  const size_t src_bytes = area;
-  Staging st = staging(a, row_bytes + matrix_bytes + src_bytes + area, op);
+  Staging st = staging(a, row_bytes + matrix_bytes + 2 * area, op);
   const SymmetricMemory& ws = st.ws;
   auto& mem = *st.mem;
   char* base = st.base;
   auto* my_row = reinterpret_cast<int64_t*>(base);
   auto* matrix = reinterpret_cast<int64_t*>(base + row_bytes);
   char* src_area = base + row_bytes + matrix_bytes;
-  char* dst_area = src_area + src_bytes;
+  char* dst_area = src_area + area;
   const char* src = in_place ? static_cast<const char*>(a.send) : src_area;
   NvSync s = mem.nv_sync(0, mem.bytes(), a.timeout);
   long long* rec = a2av_record();
