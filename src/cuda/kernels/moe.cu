@@ -238,6 +238,18 @@ __device__ __forceinline__ void warp_prefix(const int32_t* v, int32_t* out, int 
   if (lane == 0) out[n] = carry;
 }
 
+// Column i of a [warps][n] table of counters becomes each warp's start (the exclusive prefix over
+// the warps before it); returns the column's total.
+__device__ __forceinline__ int32_t starts_over_warps(int32_t* table, int warps, int n, int i) {
+  int32_t run = 0;
+  for (int v = 0; v < warps; ++v) {
+    const int32_t c = table[v * n + i];
+    table[v * n + i] = run;
+    run += c;
+  }
+  return run;
+}
+
 // One block of W warps; warp w owns a contiguous run of tokens (and so of entries), and shared
 // memory holds a counter per (warp, expert) and per (warp, destination rank). Pass 1 counts each
 // warp's entries per expert and tokens per destination; pass 2 turns the counts into each warp's
@@ -270,26 +282,10 @@ __global__ void __launch_bounds__(kRouteThreads) layout_route_kernel(const MoeDe
     for (int r = 0; r < a.world; ++r)
       if (goes_to(a, t, r)) atomicAdd(&rcnt[w * a.world + r], 1);
   __syncthreads();
-  for (int e = tid; e < a.experts; e += nt) {
-    int32_t run = 0;
-    for (int v = 0; v < warps; ++v) {
-      const int32_t c = ecnt[v * a.experts + e];
-      ecnt[v * a.experts + e] = run;
-      run += c;
-    }
-    ehist[e] = run;
-    a.hist[e] = run;
-  }
-  for (int r = tid; r < a.world; r += nt) {
-    int32_t run = 0;
-    for (int v = 0; v < warps; ++v) {
-      const int32_t c = rcnt[v * a.world + r];
-      rcnt[v * a.world + r] = run;
-      run += c;
-    }
-    tok[r] = run;
-    a.tok_count[r] = run;
-  }
+  for (int e = tid; e < a.experts; e += nt)
+    a.hist[e] = ehist[e] = starts_over_warps(ecnt, warps, a.experts, e);
+  for (int r = tid; r < a.world; r += nt)
+    a.tok_count[r] = tok[r] = starts_over_warps(rcnt, warps, a.world, r);
   __syncthreads();
   for (int64_t b = t0 * a.k; b < t1 * a.k; b += 32) {
     const int64_t i = b + lane;
