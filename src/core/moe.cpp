@@ -650,13 +650,12 @@ MoeLayout moe_layout(const void* topk_idx, DType idx_dtype, size_t tokens, int t
   // and each token's slots in order, so an expert's rows keep that order (symmem/moe.hpp), in
   // O(received x topk) instead of a pass over everything received per local expert.
   const auto local = static_cast<size_t>(l->local);
-  const size_t total = received;
   auto local_expert = [&](const int64_t* m, size_t j) {
     const int64_t e = m[1 + j] - first_expert;
     return e >= 0 && e < l->local ? static_cast<int64_t>(e) : int64_t{-1};
   };
   l->expert_counts.assign(local, 0);
-  for (size_t tok = 0; tok < total; ++tok)
+  for (size_t tok = 0; tok < received; ++tok)
     for (size_t j = 0; j < k; ++j) {
       const int64_t e = local_expert(ids + tok * (k + 1), j);
       if (e >= 0) ++l->expert_counts[static_cast<size_t>(e)];

@@ -130,7 +130,7 @@ def _placement(t: torch.Tensor, g: Optional[_symmem.Group] = None) -> int:
 
 def is_symm_mem_tensor(tensor: torch.Tensor) -> bool:
     """True if `tensor` lies in symmem symmetric memory of this process (no communication)."""
-    return _memory(tensor) is not None
+    return isinstance(tensor, torch.Tensor) and _placement(tensor) > 0
 
 
 _signal_pad_size: Optional[int] = None
