@@ -30,7 +30,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_compare import SAFE_ENV  # noqa: E402
+from torch_compare import SAFE_ENV, kernel_times  # noqa: E402
 
 
 def worker(args):
@@ -112,13 +112,11 @@ def worker(args):
                     fn()
                 torch.cuda.synchronize()
             sync()
-            kernels[name] = [
-                (getattr(e, "device_time_total", 0) / 50, e.count / 50, e.key)
-                for e in prof.key_averages() if getattr(e, "device_time_total", 0) > 0]
+            kernels[name] = kernel_times(prof, 50)
     if rank == 0:
         for name, rows in kernels.items():
             print(f"GPU work per call of {name}: us, launches per call, what")
-            for us, count, key in sorted(rows, reverse=True):
+            for us, count, key in rows:
                 print(f"  {us:8.2f} {count:4.1f}  {key[:100]}")
         print(f"host us per call (best of {args.repeats} x {args.calls} calls, no sync between), "
               f"{world} ranks, {device}, {n} bf16")

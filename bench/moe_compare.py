@@ -41,7 +41,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_compare import SAFE_ENV  # noqa: E402  (NVLink multicast off, shared GPU allowed)
+from torch_compare import SAFE_ENV, kernel_times  # noqa: E402  (SAFE_ENV: NVLink multicast off)
 
 IMPLS = ["torch", "symmem"]
 
@@ -159,12 +159,7 @@ def worker(args):
                 fn()
             torch.cuda.synchronize()
         settle()
-        rows = []
-        for ev in prof.key_averages():
-            us = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0)
-            if us > 0:
-                rows.append((us / args.iters, ev.count / args.iters, ev.key))
-        report.setdefault("profile", {})[name] = sorted(rows, reverse=True)[:12]
+        report.setdefault("profile", {})[name] = kernel_times(prof, args.iters)[:12]
 
     def attempt(key, body):
         try:

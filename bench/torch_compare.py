@@ -40,6 +40,17 @@ SAFE_ENV = {
 }
 
 
+def kernel_times(prof, calls):
+    """(GPU us per call, launches per call, name) of each kernel or copy that a torch.profiler
+    run of `calls` calls recorded, longest first (bench/moe_compare.py --profile, host_cost.py)."""
+    rows = []
+    for ev in prof.key_averages():
+        us = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0)
+        if us > 0:
+            rows.append((us / calls, ev.count / calls, ev.key))
+    return sorted(rows, reverse=True)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
