@@ -601,12 +601,8 @@ def all_to_all_vdev(input, out, in_splits, out_splits_offsets, group_name):
     fn = "all_to_all_vdev"
     g = _group(group_name, fn)
     w = g.world_size
-    row = math.prod(input.shape[1:]) if input.dim() > 1 and input.shape[0] else 1
     with _Refusing("all_to_all_v", g, input.device):
-        out_row = math.prod(out.shape[1:])
-        if out.dim() > 1 and out.shape[0] and out_row != row:
-            raise _invalid(fn, "out", f"has rows of {out_row} elements but 'input' has "
-                           f"rows of {row}", g.rank)
+        row = _row_elems(fn, input, out, g.rank)
         if in_splits.numel() != w or tuple(out_splits_offsets.shape) != (2, w):
             raise _invalid(fn, "out_splits_offsets" if in_splits.numel() == w else "in_splits",
                            f"must have shape (2, {w}) and ({w},) respectively; got "
@@ -634,15 +630,21 @@ def all_to_all_vdev(input, out, in_splits, out_splits_offsets, group_name):
         so[1].copy_(recv_offsets // row)
 
 
-def _rows_of(fn, input, out, rank):
+def _row_elems(fn, input, out, rank):
     """Elements per row (dim 0) of input, which out must share."""
-    row = input[0].numel() if input.dim() > 1 and input.shape[0] else 1
+    row = math.prod(input.shape[1:]) if input.dim() > 1 and input.shape[0] else 1
+    out_row = math.prod(out.shape[1:])
+    if out.dim() > 1 and out.shape[0] and out_row != row:
+        raise _invalid(fn, "out", f"has rows of {out_row} elements but 'input' has rows of {row}",
+                       rank)
+    return row
+
+
+def _rows_of(fn, input, out, rank):
+    """_row_elems, and out must have input's dtype."""
     if input.dtype != out.dtype:
         raise _invalid(fn, "out", f"has dtype {out.dtype} but 'input' has {input.dtype}", rank)
-    if out.dim() > 1 and out.shape[0] and out[0].numel() != row:
-        raise _invalid(fn, "out", f"has rows of {out[0].numel()} elements but 'input' has rows "
-                       f"of {row}", rank)
-    return row
+    return _row_elems(fn, input, out, rank)
 
 
 def _int64_shape(fn, arg, t, shape, rank):
