@@ -748,7 +748,10 @@ void bind_group(nb::module_& m) {
       nb::class_<Group>(m, "Group",
                         "A set of ranks that rendezvous through a Store (a cheap handle).\n\n"
                         "Group.from_env() understands symmem-run, torchrun, mpirun (Open MPI) and "
-                        "srun; the first group it makes becomes the default group of the ops.");
+                        "srun; the first group it makes becomes the default group of the ops.",
+                        // A per-object __dict__: symmem.torch caches the name its custom ops
+                        // take there, a plain attribute torch.compile can read on every torch.
+                        nb::dynamic_attr());
   bind_group_constructors(group);
   group.def_prop_ro("valid", &Group::valid)
       .def_prop_ro("rank", &Group::rank)

@@ -209,17 +209,26 @@ def test_put_get_signals_and_peer_views(g, S):
 def test_split(g, S):
     n, r = g.world_size, g.rank
     members = [0, n - 1]
+    refused = None
     if r in members:
         sub = g.split(members)
         assert sub.world_size == 2 and sub.global_rank(sub.rank) == r
-        b = S.empty((8,), dtype="float32", group=sub)
-        S.set(b, r)
-        symmem.all_reduce(b)
-        assert (S.host(b) == n - 1).all()
+        try:
+            b = S.empty((8,), dtype="float32", group=sub)
+        except symmem.Unsupported as e:
+            # The backend's own refusal (nvshmem allocates over every PE only); both members
+            # get it, since it depends on the group, not on the rank.
+            refused = str(e)
+        else:
+            S.set(b, r)
+            symmem.all_reduce(b)
+            assert (S.host(b) == n - 1).all()
     else:
         with pytest.raises(symmem.InvalidArgument):
             g.split(members)
-    g.store_barrier()
+    g.store_barrier()  # every rank, so a refusal on the members does not strand the others
+    if refused is not None:
+        pytest.skip(f"the backend refuses subgroup memory: {refused}")
 
 
 def test_gil_released_during_barrier(g):

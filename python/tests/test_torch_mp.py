@@ -111,3 +111,22 @@ def test_cuda_compiled_helper_with_group_object(g):
     out = step(buf, torch.full((1024,), float(g.rank), device="cuda", dtype=torch.bfloat16))
     torch.cuda.synchronize()
     assert torch.equal(out, torch.full_like(out, n * (n + 1)))
+
+
+def test_cpu_compiled_helper_with_group_object(g):
+    # The CPU twin of the CUDA case above, so CI traces it too. backend="eager" is dynamo alone
+    # (no C++ compiler for inductor needed): the part that resolves the Group object is dynamo's.
+    n = g.world_size
+    buf = st.empty((256,), dtype=torch.float32, device="cpu", group=g)
+
+    @torch.compile(fullgraph=True, backend="eager")
+    def step(x, w):
+        x.copy_(w + 1)
+        st.all_reduce(x, group=g)
+        st.barrier(group=g, device="cpu")
+        return x * 2
+
+    out = step(buf, torch.full((256,), float(g.rank)))
+    assert torch.equal(out, torch.full_like(out, n * (n + 1)))
+    out = step(buf, torch.full((256,), float(g.rank + 1)))  # the compiled code, run again
+    assert torch.equal(out, torch.full_like(out, n * (n + 3)))

@@ -53,6 +53,7 @@ def register_group(group: _symmem.Group) -> str:
         n += 1
         key = f"{group.name}~{n}"
     _groups[key] = group
+    group._symmem_torch_name = key  # read by _name() while torch.compile traces
     return key
 
 
@@ -67,15 +68,27 @@ def _group(name: str) -> Optional[_symmem.Group]:
             f"(register_group(g) or pass the Group object to the symmem.torch helpers)") from None
 
 
-# Under torch.compile the group is resolved to its name while tracing (a Group is an opaque
-# extension object that dynamo cannot look into), so the custom op receives a constant string.
+# Under torch.compile the group is resolved to its name while tracing, so the custom op receives
+# a constant string. A Group is an extension object whose properties dynamo cannot call; what it
+# can read on every torch version is a plain instance attribute, which register_group() leaves on
+# the object (any symmem.torch call with the group, eager, does that: symmem.torch.empty(...,
+# group=g) before the compiled code, say). A group first met while tracing is registered through
+# assume_constant_result, which needs a torch whose dynamo takes an object as a constant argument
+# (2.15 does; 2.11 does not, and raises: call register_group(g) before compiling there).
 @torch.compiler.assume_constant_result
+def _register_while_tracing(group) -> str:
+    return register_group(group)
+
+
 def _name(group) -> str:
     if group is None:
         return ""
     if isinstance(group, str):
         return group
-    return register_group(group)
+    cached = getattr(group, "_symmem_torch_name", None)
+    if cached is not None:
+        return cached
+    return _register_while_tracing(group)
 
 
 # ---- custom ops and helpers, from the op table -------------------------------------------------
@@ -218,6 +231,8 @@ def empty(shape: int | Sequence[int], dtype=torch.float32, device=None,
         device = str(device)
     a = _symmem.empty(shape, dtype=_dtype_name(dtype), device=device, group=group)
     register_group(a.group)
+    if isinstance(group, _symmem.Group):
+        register_group(group)  # the caller's object: compiled code that passes it finds its name
     return torch.from_dlpack(a)
 
 
