@@ -133,7 +133,9 @@ SYMMEM_DEVICE_INLINE bool block_barrier(const SyncArgs& s, uint32_t value, dev::
   for (int p = threadIdx.x; p < s.world; p += blockDim.x) {
     uint32_t* theirs = reinterpret_cast<uint32_t*>(peer(s.ctrl, p) + kCtrlFlagsOffset) +
                        static_cast<size_t>(blockIdx.x) * s.world + s.rank;
-    __threadfence_system();
+    // The release store alone publishes the whole block's writes: __syncthreads() orders them
+    // before it and a release is cumulative (its MEMBAR.ALL.SYS drains them). A full
+    // __threadfence_system() (MEMBAR.SC.SYS) before it, once per peer, cost time at every barrier.
     dev::store_sys<MemOrder::release>(theirs, value);
   }
   for (int p = threadIdx.x; p < s.world; p += blockDim.x) {
