@@ -331,6 +331,19 @@ __global__ void __launch_bounds__(kRouteThreads) layout_route_kernel(const MoeDe
   }
 }
 
+// Dynamic shared memory a kernel may take without opting in.
+constexpr size_t kDefaultSharedBytes = 48u * 1024u;
+
+// Lets `kernel` take `bytes` of dynamic shared memory when that is above the default (the
+// single-block layout kernels with many experts). A CUDA error code, 0 on success.
+template <class Kernel>
+int allow_shared(Kernel kernel, size_t bytes) {
+  if (bytes <= kDefaultSharedBytes) return 0;
+  // An error here: more experts than shared memory holds.
+  return static_cast<int>(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(bytes)));
+}
+
 // The route kernel's warps and shared memory: the totals and prefixes (2 * experts + 1 + world
 // int32), then as many warps' counters (experts + world each, up to kRouteThreads / 32 warps) as
 // fit in the default 48 KiB; one warp, with the opt-in limit, beyond that.
@@ -338,10 +351,11 @@ struct RouteShape {
   int warps = 1;
   size_t shared = 0;
 };
+
 RouteShape route_shape(const MoeDeviceLayoutArgs& a) {
   const size_t fixed = static_cast<size_t>(2 * a.experts + 1 + a.world) * sizeof(int32_t);
   const size_t per_warp = static_cast<size_t>(a.experts + a.world) * sizeof(int32_t);
-  constexpr size_t limit = 48u * 1024u, most = kRouteThreads / 32;
+  constexpr size_t limit = kDefaultSharedBytes, most = kRouteThreads / 32;
   const size_t fit = fixed < limit ? (limit - fixed) / (per_warp > 0 ? per_warp : 1) : 0;
   RouteShape s;
   s.warps = static_cast<int>(fit < 1 ? 1 : (fit > most ? most : fit));
@@ -531,12 +545,7 @@ int launch_moe_combine(const MoeCombineArgs& a, void* stream) {
 int launch_moe_layout_route_pack(const MoeDeviceLayoutArgs& a, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   const RouteShape shape = route_shape(a);
-  if (shape.shared > 48u * 1024u) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(layout_route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(shape.shared));
-    if (e != cudaSuccess) return static_cast<int>(e);  // more experts than shared memory holds
-  }
+  if (const int e = allow_shared(layout_route_kernel, shape.shared); e != 0) return e;
   layout_route_kernel<<<1, static_cast<unsigned>(shape.warps * 32), shape.shared, s>>>(a);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return static_cast<int>(e);
@@ -552,12 +561,7 @@ int launch_moe_layout_route_pack(const MoeDeviceLayoutArgs& a, void* stream) {
 int launch_moe_layout_place(const MoeDeviceLayoutArgs& a, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   const size_t place_shared = place_shared_bytes(a);
-  if (place_shared > 48u * 1024u) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(layout_place_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(place_shared));
-    if (e != cudaSuccess) return static_cast<int>(e);  // more experts than shared memory holds
-  }
+  if (const int e = allow_shared(layout_place_kernel, place_shared); e != 0) return e;
   layout_place_kernel<<<1, kRouteThreads, place_shared, s>>>(a);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return static_cast<int>(e);
