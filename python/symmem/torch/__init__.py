@@ -230,9 +230,9 @@ def empty(shape: int | Sequence[int], dtype=torch.float32, device=None,
     if isinstance(device, torch.device):
         device = str(device)
     a = _symmem.empty(shape, dtype=_dtype_name(dtype), device=device, group=group)
-    register_group(a.group)
-    if isinstance(group, _symmem.Group):
-        register_group(group)  # the caller's object: compiled code that passes it finds its name
+    # The caller's own Group object where there is one: compiled code that passes it finds its
+    # name there (a.group is an equal but new object).
+    register_group(group if isinstance(group, _symmem.Group) else a.group)
     return torch.from_dlpack(a)
 
 

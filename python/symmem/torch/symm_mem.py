@@ -780,7 +780,7 @@ def all_to_all_vdev_2d_offset(input, out, in_splits_offsets, out_splits_offsets,
 
 
 def _require_symmetric(tensor, fn):
-    if _memory(tensor) is None:
+    if not isinstance(tensor, torch.Tensor) or _placement(tensor) < 0:
         raise _invalid(fn, "tensor", "is not in symmetric memory (symm_mem.empty())")
 
 
