@@ -365,15 +365,20 @@ void NvshmemBackend::run(const OpArgs& a) {
   // made (docs/design.md, "Stream-ordered errors").
   cuda::raise_device_timeout(op, rank);
   cuda::DeviceGuard guard(a.device.index);
+  // One host: the cuda backend's peer-pointer kernels, for the ops runs_on_cuda_kernels names
+  // (all_to_all_v among them: there every rank sees every count and expectation, so a
+  // disagreement or an overflow is raised by every rank and moves nothing, NOTE
+  // [all_to_all_v]). NVSHMEM's own paths below reach peers on other hosts.
+  if (runs_on_cuda_kernels(a)) {
+    cuda_run_op(a);
+    finish(a, op, rank);
+    return;
+  }
   switch (a.kind) {
     case OpKind::all_reduce:
     case OpKind::reduce_scatter:
     case OpKind::all_gather:
-      if (group_all_direct(a)) {
-        cuda_run_op(a);
-      } else {
-        run_team_collective(a);
-      }
+      run_team_collective(a);
       break;
     case OpKind::broadcast:
       run_broadcast(a);
@@ -382,14 +387,7 @@ void NvshmemBackend::run(const OpArgs& a) {
       run_all_to_all(a);
       break;
     case OpKind::all_to_all_v:
-      // On one host, the cuda kernels (NOTE [all_to_all_v]): every rank sees every count and
-      // expectation, so a disagreement or an overflow is raised by every rank and moves nothing,
-      // as on the cuda backend; NVSHMEM's own path (below) reaches other hosts.
-      if (group_all_direct(a)) {
-        cuda_run_op(a);
-      } else {
-        run_all_to_all_v(a);
-      }
+      run_all_to_all_v(a);
       break;
     case OpKind::put:
     case OpKind::get:
