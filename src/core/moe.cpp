@@ -210,6 +210,7 @@ AllToAllVOptions inner(const OpOptions& o) {
 // map fresh pages every time (page faults dominated a combine of 14 MB).
 struct Scratch {
   std::vector<uint8_t> send, recv;
+  std::vector<uint64_t> hits;  // moe_layout's counting sort (kept: no fresh pages per layout)
 };
 Scratch& scratch() {
   thread_local Scratch s;
@@ -342,29 +343,45 @@ std::shared_ptr<MoeLayout::Impl> route(const char* op, const void* topk_idx, DTy
   }
   const size_t k = static_cast<size_t>(topk);
   l->topk.resize(tokens * k);
+  auto widen = [&](const auto* in) {
+    for (size_t i = 0; i < tokens * k; ++i) l->topk[i] = static_cast<int64_t>(in[i]);
+  };
+  if (idx_dtype == DType::i32)
+    widen(static_cast<const int32_t*>(topk_idx));
+  else
+    widen(static_cast<const int64_t*>(topk_idx));
+  // One unsigned compare finds every value outside [-1, num_experts); the error names the first.
+  const auto span = static_cast<uint64_t>(num_experts) + 1;
   for (size_t i = 0; i < tokens * k; ++i) {
-    int64_t v = idx_dtype == DType::i32 ? static_cast<const int32_t*>(topk_idx)[i]
-                                        : static_cast<const int64_t*>(topk_idx)[i];
-    if (v < -1 || v >= num_experts)
+    const int64_t v = l->topk[i];
+    if (static_cast<uint64_t>(v + 1) >= span)
       throw_invalid_argument(op, rank, "topk_idx",
                              "[" + std::to_string(i / k) + ", " + std::to_string(i % k) +
                                  "] = " + std::to_string(v) + " is not an expert [0, " +
                                  std::to_string(num_experts) + ") or -1");
-    l->topk[i] = v;
   }
-  // Which ranks each token goes to: once per rank.
-  l->send_tokens.assign(static_cast<size_t>(world), {});
-  std::vector<char> seen(static_cast<size_t>(world));
-  for (size_t t = 0; t < tokens; ++t) {
-    std::fill(seen.begin(), seen.end(), 0);
-    for (size_t j = 0; j < k; ++j) {
-      int64_t e = l->topk[t * k + j];
-      if (e < 0) continue;
-      auto r = static_cast<size_t>(e / l->local);
-      if (!seen[r]) l->send_tokens[r].push_back(t);
-      seen[r] = 1;
-    }
-  }
+  // Which ranks each token goes to: once per rank. owner[e + 1] is expert e's rank (owner[0]:
+  // the dropped slot, -1), a table instead of a division per slot; `last` holds the last token
+  // counted per rank. Counted first, so that each list is allocated once.
+  std::vector<int32_t> owner(static_cast<size_t>(num_experts) + 1, -1);
+  for (int e = 0; e < num_experts; ++e) owner[static_cast<size_t>(e) + 1] = e / l->local;
+  const auto W = static_cast<size_t>(world);
+  std::vector<size_t> per_rank(W, 0);
+  std::vector<int64_t> last(W, -1);
+  auto each_rank = [&](auto&& take) {
+    std::fill(last.begin(), last.end(), int64_t{-1});
+    for (size_t t = 0; t < tokens; ++t)
+      for (size_t j = 0; j < k; ++j) {
+        const int32_t r = owner[static_cast<size_t>(l->topk[t * k + j] + 1)];
+        if (r < 0 || last[static_cast<size_t>(r)] == static_cast<int64_t>(t)) continue;
+        last[static_cast<size_t>(r)] = static_cast<int64_t>(t);
+        take(static_cast<size_t>(r), t);
+      }
+  };
+  each_rank([&](size_t r, size_t) { ++per_rank[r]; });
+  l->send_tokens.assign(W, {});
+  for (size_t r = 0; r < W; ++r) l->send_tokens[r].reserve(per_rank[r]);
+  each_rank([&](size_t r, size_t t) { l->send_tokens[r].push_back(t); });
   return l;
 }
 
@@ -622,14 +639,16 @@ MoeLayout moe_layout(const void* topk_idx, DType idx_dtype, size_t tokens, int t
   std::vector<int64_t> send_bytes(static_cast<size_t>(world)),
       recv_bytes(static_cast<size_t>(world));
   const size_t meta = (k + 1) * sizeof(int64_t);  // the token's index, then its expert ids
+  size_t total = 0;
+  for (const auto& list : l->send_tokens) total += list.size();
+  send.resize(total * meta);
+  auto* out = reinterpret_cast<int64_t*>(send.data());
   for (int r = 0; r < world; ++r) {
     auto ru = static_cast<size_t>(r);
     for (size_t t : l->send_tokens[ru]) {
-      const auto index = static_cast<int64_t>(t);
-      const auto* p = reinterpret_cast<const uint8_t*>(&index);
-      send.insert(send.end(), p, p + sizeof index);
-      p = reinterpret_cast<const uint8_t*>(&l->topk[t * k]);
-      send.insert(send.end(), p, p + k * sizeof(int64_t));
+      *out++ = static_cast<int64_t>(t);
+      std::memcpy(out, &l->topk[t * k], k * sizeof(int64_t));
+      out += k;
     }
     send_bytes[ru] = static_cast<int64_t>(l->send_tokens[ru].size() * meta);
     recv_bytes[ru] = recv_n[ru] * static_cast<int64_t>(meta);
@@ -645,21 +664,37 @@ MoeLayout moe_layout(const void* topk_idx, DType idx_dtype, size_t tokens, int t
   const auto* ids = reinterpret_cast<const int64_t*>(recv.data());
   const int64_t first_expert = static_cast<int64_t>(rank) * l->local;
   const size_t slab = l->max_tokens * static_cast<size_t>(world);
-  // A counting sort by local expert: one pass counts each expert's rows, a second writes each
-  // row at its expert's next place. Both walk the received tokens in order (source, then token)
-  // and each token's slots in order, so an expert's rows keep that order (symmem/moe.hpp), in
-  // O(received x topk) instead of a pass over everything received per local expert.
+  // A counting sort by local expert. The first pass walks the received tokens in order
+  // (source, then token) and each token's slots in order, and notes every slot that names a
+  // local expert (received token, slot, expert) while it counts each expert's rows; the second
+  // writes each noted slot at its expert's next row, so an expert's rows keep that order
+  // (symmem/moe.hpp). O(received x topk), and no branch on the expert ids: a slot is always
+  // written and kept by advancing the end when it is local (random ids would defeat a branch).
   const auto local = static_cast<size_t>(l->local);
-  auto local_expert = [&](const int64_t* m, size_t j) {
-    const int64_t e = m[1 + j] - first_expert;
-    return e >= 0 && e < l->local ? static_cast<int64_t>(e) : int64_t{-1};
-  };
-  l->expert_counts.assign(local, 0);
-  for (size_t tok = 0; tok < received; ++tok)
+  // A hit packs (received token << 32 | slot << 16 | local expert): topk and the experts per
+  // rank are below 2^16 (checked), the received tokens below 2^32.
+  if (k >= (size_t{1} << 16) || local >= (size_t{1} << 16) || received >= (size_t{1} << 32))
+    throw_invalid_argument(op, rank, "topk_idx",
+                           "makes " + std::to_string(received) + " received tokens with topk " +
+                               std::to_string(k) + " and " + std::to_string(local) +
+                               " experts per rank; the layout needs fewer than 2^32, 2^16 and "
+                               "2^16");
+  std::vector<uint64_t>& hits = buf.hits;
+  hits.resize(std::max(hits.size(), received * k + 1));
+  std::vector<int64_t> count(local + 1, 0);  // the last one counts the slots of other ranks
+  size_t n_hits = 0;
+  for (size_t tok = 0; tok < received; ++tok) {
+    const int64_t* m = ids + tok * (k + 1);
     for (size_t j = 0; j < k; ++j) {
-      const int64_t e = local_expert(ids + tok * (k + 1), j);
-      if (e >= 0) ++l->expert_counts[static_cast<size_t>(e)];
+      const auto e = static_cast<uint64_t>(m[1 + j] - first_expert);
+      const bool mine = e < local;
+      const uint64_t bin = mine ? e : local;
+      hits[n_hits] = (static_cast<uint64_t>(tok) << 32) | (static_cast<uint64_t>(j) << 16) | bin;
+      n_hits += mine ? 1 : 0;
+      ++count[bin];
     }
+  }
+  l->expert_counts.assign(count.begin(), count.end() - 1);
   l->expert_offset.resize(local);
   size_t rows = 0;
   for (size_t e = 0; e < local; ++e) {
@@ -674,22 +709,22 @@ MoeLayout moe_layout(const void* topk_idx, DType idx_dtype, size_t tokens, int t
   }
   l->row_token.assign(rows, -1);
   l->row_source.assign(3 * rows, -1);
-  std::vector<size_t> next(l->expert_offset);
+  // The source rank of each received token, from the sources' first tokens.
+  std::vector<int32_t> source_of(received);
   for (int s = 0; s < world; ++s) {
     const auto su = static_cast<size_t>(s);
-    for (size_t i = 0; i < static_cast<size_t>(recv_n[su]); ++i) {
-      const size_t tok = l->recv_first[su] + i;
-      const int64_t* m = ids + tok * (k + 1);
-      for (size_t j = 0; j < k; ++j) {
-        const int64_t e = local_expert(m, j);
-        if (e < 0) continue;
-        const size_t at = next[static_cast<size_t>(e)]++;
-        l->row_token[at] = static_cast<int64_t>(tok);
-        l->row_source[3 * at] = s;
-        l->row_source[3 * at + 1] = m[0];
-        l->row_source[3 * at + 2] = static_cast<int64_t>(j);
-      }
-    }
+    std::fill_n(source_of.begin() + static_cast<std::ptrdiff_t>(l->recv_first[su]),
+                static_cast<size_t>(recv_n[su]), s);
+  }
+  std::vector<size_t> next(l->expert_offset);
+  for (size_t h = 0; h < n_hits; ++h) {
+    const uint64_t hit = hits[h];
+    const size_t tok = hit >> 32;
+    const size_t at = next[hit & 0xffff]++;
+    l->row_token[at] = static_cast<int64_t>(tok);
+    l->row_source[3 * at] = source_of[tok];
+    l->row_source[3 * at + 1] = ids[tok * (k + 1)];
+    l->row_source[3 * at + 2] = static_cast<int64_t>((hit >> 16) & 0xffff);
   }
   l->rows = l->row_token.size();
   if (device.is_cuda()) prepare_gpu(*l, options, op);
@@ -771,35 +806,40 @@ namespace {
 
 // The rows this rank gets back from rank r in combine: (token, slot) in r's send order, i.e. by
 // r's local expert, then token, then slot. One pass over r's tokens, bucketed by expert.
-std::vector<std::pair<size_t, size_t>> back_rows(const MoeLayout::Impl& l, int r) {
-  const size_t k = static_cast<size_t>(l.k);
-  const int64_t first = static_cast<int64_t>(r) * l.local;
-  std::vector<std::vector<std::pair<size_t, size_t>>> by_expert(static_cast<size_t>(l.local));
-  for (size_t t : l.send_tokens[static_cast<size_t>(r)])
-    for (size_t j = 0; j < k; ++j) {
-      const int64_t e = l.topk[t * k + j] - first;
-      if (e >= 0 && e < l.local) by_expert[static_cast<size_t>(e)].emplace_back(t, j);
-    }
-  std::vector<std::pair<size_t, size_t>> out;
-  for (auto& rows : by_expert) out.insert(out.end(), rows.begin(), rows.end());
-  return out;
-}
-
 const MoeLayout::Impl::CombinePlan& combine_plan(const MoeLayout::Impl& l) {
   std::call_once(l.combine_once, [&] {
     auto& p = l.combine;
     const auto world = static_cast<size_t>(l.world);
     const size_t k = static_cast<size_t>(l.k);
+    // The rows going back, per source rank in row order (counted first: one allocation each).
+    std::vector<size_t> per_source(world, 0);
+    for (size_t i = 0; i < l.rows; ++i)
+      if (l.row_token[i] >= 0) ++per_source[static_cast<size_t>(l.row_source[3 * i])];
     p.by_source.assign(world, {});
+    for (size_t s = 0; s < world; ++s) p.by_source[s].reserve(per_source[s]);
     for (size_t i = 0; i < l.rows; ++i)
       if (l.row_token[i] >= 0) p.by_source[static_cast<size_t>(l.row_source[3 * i])].push_back(i);
+    // What comes back: rank r returns the rows of this rank's tokens in its layout's order
+    // restricted to this rank (local expert, then token, then slot). Ranks in order and their
+    // experts in order is the global expert order, so one counting sort of the slots by global
+    // expert, stable in (token, slot), numbers every slot's row.
+    const auto E = static_cast<size_t>(l.experts);
+    std::vector<int64_t> next(E + 1, 0);
+    for (size_t i = 0; i < l.tokens * k; ++i) ++next[static_cast<size_t>(l.topk[i] + 1)];
     p.back_count.assign(world, 0);
-    p.slot_row.assign(l.tokens * k, -1);
     int64_t n = 0;
-    for (size_t r = 0; r < world; ++r) {
-      const auto back = back_rows(l, static_cast<int>(r));
-      p.back_count[r] = static_cast<int64_t>(back.size());
-      for (auto [t, j] : back) p.slot_row[t * k + j] = n++;
+    for (size_t e = 0; e < E; ++e) {
+      const int64_t c = next[e + 1];
+      next[e + 1] = n;
+      n += c;
+      p.back_count[e / static_cast<size_t>(l.local)] += c;
+    }
+    next[0] = -1;  // dropped slots (-1) have no row; the count of them is not needed
+    p.slot_row.resize(l.tokens * k);
+    for (size_t i = 0; i < l.tokens * k; ++i) {
+      const auto bin = static_cast<size_t>(l.topk[i] + 1);
+      p.slot_row[i] = next[bin];
+      next[bin] += bin != 0 ? 1 : 0;
     }
   });
   return l.combine;
