@@ -14,7 +14,7 @@ TEST(GpuLayout, RegionsAreOrderedAlignedAndLargeEnough) {
     const K::WsLayout L = K::ws_layout(world);
     const size_t n = static_cast<size_t>(world);
     EXPECT_EQ(L.flags_offset, K::kCtrlFlagsOffset);
-    EXPECT_GE(L.desc_offset, L.flags_offset + K::kMaxBlocks * n * sizeof(uint32_t));
+    EXPECT_GE(L.desc_offset, L.flags_offset + K::kMaxBlocks * n * sizeof(uint64_t));
     // Descriptors: one [world][4] table per epoch parity (NOTE [epochs and flags]).
     EXPECT_GE(L.matrix_offset, L.desc_offset + 2 * 4 * n * sizeof(int64_t));
     EXPECT_GE(L.ctrl_bytes, L.matrix_offset + n * (2 * n + 1) * sizeof(int64_t));

@@ -124,42 +124,107 @@ SYMMEM_DEVICE_INLINE uint32_t flag_value(uint32_t epoch, uint32_t phase) {
   return (epoch << 2) | phase;
 }
 
-// Pairwise barrier of block blockIdx.x with the same block of every rank (all threads call it).
-// Releases this block's earlier writes, acquires the peers' blocks' writes. Returns false on
-// timeout (every thread gets the same answer). The wait polls with relaxed loads and takes the
-// ordering once, with one acquire load of the flag it saw raised (NOTE [polling loads] in
-// symmem/device/primitives.cuh: an acquire poll adds CCTL.IVALL to every iteration).
-SYMMEM_DEVICE_INLINE bool block_barrier(const SyncArgs& s, uint32_t value, dev::Deadline deadline) {
+// NOTE [barrier flags]
+// A barrier flag is one 64-bit word: the low half is the value (epoch << 2 | phase), the high
+// half the tag of the descriptor this rank published for the op (desc_tag). One store carries
+// both, so B1 checks the ranks' agreement on the descriptor (NOTE [zero-copy agreement] in
+// cuda_ops.cu) from the flags it waits for anyway: no load of the descriptor table and no release
+// needed to publish it. A peer seen at B1 is at phase 1 or 2 of the same epoch (it cannot pass
+// B2 before this rank signals it), and both carry the same tag. Tags differ only when some rank
+// differs from another, so every rank sees a difference or none; then every rank meets once more
+// (phase 3, release and acquire: the tables are visible after it) and block 0 records why from
+// the full table (desc_report). A refusal's tag has the top bit set and normal tags never do, so a
+// refusal is always seen; two different zero-copy descriptors share a tag with probability 2^-31.
+SYMMEM_DEVICE_INLINE uint32_t desc_tag(const SyncArgs& s) {
+  if (s.desc[0] == kDescRefused) return 0x80000000u | (static_cast<uint32_t>(s.desc[1]) & 0xffffu);
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    h ^= static_cast<uint64_t>(s.desc[i]);
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 31;
+  }
+  return static_cast<uint32_t>(h ^ (h >> 32)) & 0x7fffffffu;
+}
+// flags[row][from] of rank `owner`'s workspace.
+SYMMEM_DEVICE_INLINE uint64_t* flag_slot(const SyncArgs& s, int owner, int row, int from) {
+  return reinterpret_cast<uint64_t*>(peer(s.ctrl, owner) + kCtrlFlagsOffset) +
+         static_cast<size_t>(row) * s.world + from;
+}
+SYMMEM_DEVICE_INLINE void flag_store(uint64_t* p, uint64_t v, bool release) {
+  if (release) {
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+  } else {
+    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+  }
+}
+SYMMEM_DEVICE_INLINE uint64_t flag_load(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+SYMMEM_DEVICE_INLINE uint64_t flag_load_acquire(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+SYMMEM_DEVICE_INLINE bool flag_reached(uint64_t word, uint32_t value) {
+  return static_cast<int32_t>(static_cast<uint32_t>(word) - value) >= 0;  // wrap-safe
+}
+
+// Pairwise barrier of block blockIdx.x with the same block of every rank (all threads call it):
+// signals `value` (with this rank's descriptor tag) and waits until every peer's flag reached it.
+// `release`: the store releases this block's earlier writes (a peer reads them after the
+// barrier); without it the store is relaxed, which suffices where the block wrote nothing since
+// the kernel began that a peer reads (what earlier kernels wrote is visible to the peers'
+// kernels after their barrier, as in torch's symmetric-memory kernels). The acquire is taken in
+// every case. Returns a bit set, the same on every thread: kBarrierTimedOut when a wait timed
+// out, kBarrierTagDiffers when a peer's tag is not this rank's. The wait polls with relaxed
+// loads and takes the ordering once, with one acquire load of the flag it saw raised (NOTE
+// [polling loads] in symmem/device/primitives.cuh: an acquire poll adds CCTL.IVALL to every
+// iteration).
+inline constexpr int kBarrierTimedOut = 1, kBarrierTagDiffers = 2;
+SYMMEM_DEVICE_INLINE int barrier_flags(const SyncArgs& s, uint32_t value, dev::Deadline deadline,
+                                       bool release) {
   __syncthreads();
-  bool ok = true;
+  const uint32_t tag = desc_tag(s);
+  const uint64_t word = (static_cast<uint64_t>(tag) << 32) | value;
   for (int p = threadIdx.x; p < s.world; p += blockDim.x) {
-    uint32_t* theirs = reinterpret_cast<uint32_t*>(peer(s.ctrl, p) + kCtrlFlagsOffset) +
-                       static_cast<size_t>(blockIdx.x) * s.world + s.rank;
-    // The release store alone publishes the whole block's writes: __syncthreads() orders them
+    // A release store alone publishes the whole block's writes: __syncthreads() orders them
     // before it and a release is cumulative (its MEMBAR.ALL.SYS drains them). A full
     // __threadfence_system() (MEMBAR.SC.SYS) before it, once per peer, cost time at every barrier.
-    dev::store_sys<MemOrder::release>(theirs, value);
+    flag_store(flag_slot(s, p, blockIdx.x, s.rank), word, release);
   }
+  int bits = 0;
   for (int p = threadIdx.x; p < s.world; p += blockDim.x) {
-    const uint32_t* mine =
-        reinterpret_cast<const uint32_t*>(peer(s.ctrl, s.rank) + kCtrlFlagsOffset) +
-        static_cast<size_t>(blockIdx.x) * s.world + p;
+    const uint64_t* mine = flag_slot(s, s.rank, blockIdx.x, p);
     int spins = 0;
-    while (static_cast<int32_t>(dev::load_sys<MemOrder::relaxed>(mine) - value) < 0) {
+    bool timed_out = false;
+    while (!flag_reached(flag_load(mine), value)) {
       if (++spins == 64) {
         spins = 0;
         if (deadline.expired()) {
           record_timeout(s, -1 - static_cast<int>(blockIdx.x), p);
-          ok = false;
+          timed_out = true;
           break;
         }
       }
     }
+    if (timed_out) {
+      bits |= kBarrierTimedOut;
+      continue;
+    }
     // Synchronizes with the peer's release store (flags only grow: a later value is a later
-    // release by the same peer).
-    if (ok) (void)dev::load_sys<MemOrder::acquire>(mine);
+    // release by the same peer), and reads the tag with it.
+    const uint64_t seen = flag_load_acquire(mine);
+    if (static_cast<uint32_t>(seen >> 32) != tag) bits |= kBarrierTagDiffers;
   }
-  return __syncthreads_and(ok) != 0;
+  return __syncthreads_or(bits);
+}
+
+// A barrier that does not look at the tags (B2; all threads call it). False on timeout.
+SYMMEM_DEVICE_INLINE bool block_barrier(const SyncArgs& s, uint32_t value, dev::Deadline deadline) {
+  return (barrier_flags(s, value, deadline, true) & kBarrierTimedOut) == 0;
 }
 
 // ---- op errors and the zero-copy agreement ----------------------------------------------------
@@ -191,19 +256,21 @@ SYMMEM_DEVICE_INLINE void publish_desc(const SyncArgs& s, uint32_t epoch) {
   }
 }
 
-// After B1: true when every rank published the same descriptor (same answer on every rank and
-// every thread; all threads call it). Block 0 records why not: a refusal (NOTE [refused ops]) in
-// preference to a zero-copy mismatch. B1's acquire makes every peer's descriptor of this epoch
-// visible (it published before its B1 signal); the parity half is not rewritten before every
-// rank has finished this epoch (NOTE [epochs and flags]).
-SYMMEM_DEVICE_INLINE bool desc_agree(const SyncArgs& s, uint32_t epoch) {
-  const int64_t* t = desc_table(s, s.rank, epoch);
-  int bad = 0;
-  for (int i = threadIdx.x; i < 4 * s.world; i += blockDim.x) {
-    if (__ldcg(t + i) != s.desc[i % 4]) bad = 1;
-  }
-  if (__syncthreads_or(bad) == 0) return true;
+// B1 with the agreement check (every barrier kernel; all threads call it): true when every peer
+// arrived and published the same descriptor as this rank (NOTE [barrier flags]); the same answer
+// on every rank and every thread. When the tags differ, every rank meets at phase 3 (release and
+// acquire: every peer's descriptor of this epoch is visible after it; the parity half is not
+// rewritten before every rank has finished this epoch, NOTE [epochs and flags]) and block 0
+// records why: a refusal (NOTE [refused ops]) in preference to a zero-copy mismatch. `release`
+// as for barrier_flags: whether a peer reads what this block wrote since the kernel began.
+SYMMEM_DEVICE_INLINE bool barrier_agree(const SyncArgs& s, uint32_t epoch, dev::Deadline deadline,
+                                        bool release) {
+  const int bits = barrier_flags(s, flag_value(epoch, 1), deadline, release);
+  if (bits == 0) return true;
+  if ((bits & kBarrierTimedOut) != 0) return false;
+  if ((barrier_flags(s, flag_value(epoch, 3), deadline, true) & kBarrierTimedOut) != 0) return false;
   if (blockIdx.x == 0 && threadIdx.x == 0) {
+    const int64_t* t = desc_table(s, s.rank, epoch);
     for (int p = 0; p < s.world; ++p) {
       if (__ldcg(t + 4 * p) != kDescRefused) continue;
       record_op_error(s.error_record, OpErrorCode::peer_refused, p, -1, s.op_kind,

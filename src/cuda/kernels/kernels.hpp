@@ -22,9 +22,10 @@
 // done counter, ctrl word 1). All ranks run the same kernels in the same order (collectives are
 // called with the same arguments), so the epochs agree without communication, also when a CUDA
 // graph replays the kernels.
-// - Barrier kernels: block b of rank r signals peer p by storing value (epoch << 2 | phase) with
-//   release semantics at system scope into p's flags[b][r], and waits (acquire) until its own
-//   flags[b][p] >= that value (wrap-safe). Flags only grow, so nothing is reset and no
+// - Barrier kernels: block b of rank r signals peer p by storing value (epoch << 2 | phase) at
+//   system scope into the low half of p's 64-bit flags[b][r] (the high half: the tag of its
+//   descriptor, NOTE [barrier flags] in common.cuh; release where the block wrote something a
+//   peer reads), and waits (acquire) until its own flags[b][p] >= that value (wrap-safe). Flags only grow, so nothing is reset and no
 //   round-trip is needed to re-arm them. Blocks pair up by index: every rank launches the same
 //   grid for the same op.
 // - LL kernels: data travels in 16-byte packets {data_lo, flag, data_hi, flag} (8 data bytes,
@@ -83,8 +84,8 @@ constexpr int64_t a2av_row_length(int world) {
 
 // Control-region and workspace offsets for a world size (NOTE [workspace layout]).
 struct WsLayout {
-  size_t flags_offset = 0;
-  size_t desc_offset = 0;    // int64 [2][world][4]: descriptors, by epoch parity (desc_agree)
+  size_t flags_offset = 0;   // uint64 [kMaxBlocks][world]: barrier flags {value, tag}
+  size_t desc_offset = 0;    // int64 [2][world][4]: descriptors, by epoch parity (barrier_agree)
   size_t matrix_offset = 0;  // int64 [world][a2av_row_length(world)]: row r = rank r's send
                              // counts, capacity, expected receive counts (NOTE [all_to_all_v])
   size_t ctrl_bytes = 0;

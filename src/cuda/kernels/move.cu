@@ -13,7 +13,7 @@
 //   barrier:            B1 (and the descriptor check, which sees a refused barrier)
 // B1 says every rank reached the op (its inputs are published, its receive area is free); B2
 // says every peer is done with this rank's memory. Every mode publishes its descriptor before B1
-// and checks all of them after B1 (desc_agree); when the check fails (a peer refused the op, NOTE
+// and checks the ranks' tags of it at B1 (barrier_agree, NOTE [barrier flags]); when the check fails (a peer refused the op, NOTE
 // [refused ops] in refuse.cu, or zero-copy buffers differ) nothing moves and B2 is skipped on
 // every rank, since every rank sees the same table.
 
@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(kThreads, 2) move_kernel(const MoveArgs a) {
   switch (a.mode) {
     case MoveMode::all_gather: {
       if (a.copy_in != nullptr) copy_share(peer(a.src, rank), a.copy_in, n, b, G);
-      ok = block_barrier(s, flag_value(epoch, 1), deadline) && desc_agree(s, epoch);
+      ok = barrier_agree(s, epoch, deadline, true);
       if (ok) {
         for (int i = 0; i < world; ++i) {
           const int p = rank + i < world ? rank + i : rank + i - world;
@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kThreads, 2) move_kernel(const MoveArgs a) {
       break;
     }
     case MoveMode::all_to_all: {
-      ok = block_barrier(s, flag_value(epoch, 1), deadline) && desc_agree(s, epoch);
+      ok = barrier_agree(s, epoch, deadline, true);
       if (ok) {
         for (int i = 0; i < world; ++i) {
           const int p = rank + i < world ? rank + i : rank + i - world;
@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kThreads, 2) move_kernel(const MoveArgs a) {
     }
     case MoveMode::broadcast: {
       if (rank == a.root && a.copy_in != nullptr) copy_share(peer(a.src, rank), a.copy_in, n, b, G);
-      ok = block_barrier(s, flag_value(epoch, 1), deadline) && desc_agree(s, epoch);
+      ok = barrier_agree(s, epoch, deadline, true);
       if (ok) {
         const char* from =
             rank == a.root && a.local_in != nullptr ? a.local_in : peer(a.src, a.root);
@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(kThreads, 2) move_kernel(const MoveArgs a) {
       break;
     }
     case MoveMode::barrier:
-      ok = block_barrier(s, flag_value(epoch, 1), deadline) && desc_agree(s, epoch);
+      ok = barrier_agree(s, epoch, deadline, true);
       break;
   }
   (void)ok;

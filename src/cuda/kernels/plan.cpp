@@ -13,7 +13,7 @@ WsLayout ws_layout(int world) {
   const size_t n = static_cast<size_t>(world);
   WsLayout L;
   L.flags_offset = kCtrlFlagsOffset;
-  L.desc_offset = align_up(L.flags_offset + kMaxBlocks * n * sizeof(uint32_t), 256);
+  L.desc_offset = align_up(L.flags_offset + kMaxBlocks * n * sizeof(uint64_t), 256);
   L.matrix_offset = align_up(L.desc_offset + 2 * 4 * n * sizeof(int64_t), 256);
   L.ctrl_bytes = align_up(
       L.matrix_offset + n * static_cast<size_t>(a2av_row_length(world)) * sizeof(int64_t), 4096);

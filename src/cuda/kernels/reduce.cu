@@ -123,6 +123,10 @@ __global__ void __launch_bounds__(kThreads, 2) reduce_kernel(const ReduceArgs a)
   const int64_t bytes = a.count * es;
   char* my_in = peer(a.in, rank);
   bool ok = true;
+  // B1 releases only when this kernel stages data through the workspace (copy-in before it,
+  // copy-out after B2): fully zero copy, every input was written by earlier kernels and B1 need
+  // not release anything (NOTE [barrier flags]).
+  const bool publishes = a.copy_in != nullptr || a.copy_out_dst != nullptr;
 
   if (a.mode == ReduceMode::two_shot) {
     if (a.copy_in != nullptr) {
@@ -131,7 +135,7 @@ __global__ void __launch_bounds__(kThreads, 2) reduce_kernel(const ReduceArgs a)
       }
     }
     publish_desc(s, epoch);
-    ok = block_barrier(s, flag_value(epoch, 1), deadline) && desc_agree(s, epoch);
+    ok = barrier_agree(s, epoch, deadline, publishes);
     if (ok) {
       const PeerPtrs& out = a.out;
       auto emit = [&](int64_t u, uint4 y) {
@@ -167,7 +171,7 @@ __global__ void __launch_bounds__(kThreads, 2) reduce_kernel(const ReduceArgs a)
       }
     }
     publish_desc(s, epoch);
-    ok = block_barrier(s, flag_value(epoch, 1), deadline) && desc_agree(s, epoch);
+    ok = barrier_agree(s, epoch, deadline, publishes);
     if (ok) {
       char* out = a.direct_out;
       auto emit = [&](int64_t u, uint4 y) { store16_any(out + u * 16, y); };

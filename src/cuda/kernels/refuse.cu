@@ -12,10 +12,12 @@
 //      LL kernel that finds one where it waits for a packet notes the refusal, still waits for
 //      every other peer's packet of the unit, and writes no unit of recv;
 //   2. its descriptor {kDescRefused, ErrorCode, -1, -1} goes into every peer's table of the
-//      epoch's parity, then its first-barrier flags (flag_value(epoch, 1)) for every block row
-//      [0, kMaxBlocks) at every peer, with release: a barrier kernel passes B1, desc_agree sees
-//      the refusal, and no rank moves data or waits at B2 (every kernel of the family publishes
-//      its descriptor and checks them after B1, the plain barrier too);
+//      epoch's parity, then barrier flags for every block row [0, kMaxBlocks) at every peer,
+//      with release: phase 3 (flag_value(epoch, 3), which also passes B1) carrying the refusal's
+//      tag (NOTE [barrier flags] in common.cuh). A barrier kernel passes B1, sees a tag that is
+//      not its own, meets the ranks again at phase 3 (this rank is there already), reads the
+//      refusal from the table, and no rank moves data or waits at B2 (every kernel of the family
+//      publishes its descriptor and checks the tags at B1, the plain barrier too);
 //   3. it waits (deadline: the call's timeout) until every peer has started its kernel of this
 //      epoch: the peer's first-barrier flag of block 0 has come (a barrier kernel or a refusal),
 //      or its LL packet of unit 0 (data or refusal). This keeps NOTE [epochs and flags]'
@@ -47,10 +49,7 @@ namespace {
 // Whether `p` has started its kernel of `epoch` (step 3 above).
 SYMMEM_DEVICE_INLINE bool peer_started(const RefuseArgs& a, int p, uint32_t epoch) {
   const SyncArgs& s = a.sync;
-  const uint32_t* flag =
-      reinterpret_cast<const uint32_t*>(peer(s.ctrl, s.rank) + kCtrlFlagsOffset) + p;  // block 0
-  if (static_cast<int32_t>(dev::load_sys<MemOrder::relaxed>(flag) - flag_value(epoch, 1)) >= 0)
-    return true;
+  if (flag_reached(flag_load(flag_slot(s, s.rank, 0, p)), flag_value(epoch, 1))) return true;
   const char* pkt = peer(a.ll, s.rank) + static_cast<size_t>(epoch & 1) * s.world * a.slot_bytes +
                     static_cast<size_t>(p) * a.slot_bytes;
   const uint4 q = dev::ld_v4_volatile(pkt);
@@ -77,18 +76,16 @@ __global__ void __launch_bounds__(kThreads, 2) refuse_kernel(const RefuseArgs a)
   }
 
   if (blockIdx.x == 0) {
-    // 2. The descriptor, then (released after it, as block_barrier does) the first barrier's
-    // flags of every block row at every peer.
+    // 2. The descriptor, then (released after it) the flags of every block row at every peer:
+    // phase 3 with the refusal's tag, so that the peers' B1 sees a differing tag and their
+    // phase-3 meeting finds this rank there too (NOTE [barrier flags]).
     publish_desc(s, epoch);
     __syncthreads();
-    const uint32_t value = flag_value(epoch, 1);
+    const uint64_t word = (static_cast<uint64_t>(desc_tag(s)) << 32) | flag_value(epoch, 3);
     for (int i = threadIdx.x; i < kMaxBlocks * world; i += blockDim.x) {
       const int b = i / world, p = i % world;
       if (p == rank) continue;
-      uint32_t* theirs = reinterpret_cast<uint32_t*>(peer(s.ctrl, p) + kCtrlFlagsOffset) +
-                         static_cast<size_t>(b) * world + rank;
-      __threadfence_system();
-      dev::store_sys<MemOrder::release>(theirs, value);
+      flag_store(flag_slot(s, p, b, rank), word, true);
     }
     // 3. Every peer has started this epoch's kernel.
     const dev::Deadline deadline = deadline_after(s);
