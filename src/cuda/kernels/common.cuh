@@ -179,13 +179,14 @@ SYMMEM_DEVICE_INLINE bool flag_reached(uint64_t word, uint32_t value) {
 // the kernel began that a peer reads (what earlier kernels wrote is visible to the peers'
 // kernels after their barrier, as in torch's symmetric-memory kernels). The acquire is taken in
 // every case. Returns a bit set, the same on every thread: kBarrierTimedOut when a wait timed
-// out, kBarrierTagDiffers when a peer's tag is not this rank's. The wait polls with relaxed
+// out, kBarrierTagDiffers (with check_tags: at B1 only, where a peer's flag carries this op's tag)
+// when a peer's tag is not this rank's. The wait polls with relaxed
 // loads and takes the ordering once, with one acquire load of the flag it saw raised (NOTE
 // [polling loads] in symmem/device/primitives.cuh: an acquire poll adds CCTL.IVALL to every
 // iteration).
 inline constexpr int kBarrierTimedOut = 1, kBarrierTagDiffers = 2;
 SYMMEM_DEVICE_INLINE int barrier_flags(const SyncArgs& s, uint32_t value, dev::Deadline deadline,
-                                       bool release) {
+                                       bool release, bool check_tags) {
   __syncthreads();
   const uint32_t tag = desc_tag(s);
   const uint64_t word = (static_cast<uint64_t>(tag) << 32) | value;
@@ -217,14 +218,18 @@ SYMMEM_DEVICE_INLINE int barrier_flags(const SyncArgs& s, uint32_t value, dev::D
     // Synchronizes with the peer's release store (flags only grow: a later value is a later
     // release by the same peer), and reads the tag with it.
     const uint64_t seen = flag_load_acquire(mine);
-    if (static_cast<uint32_t>(seen >> 32) != tag) bits |= kBarrierTagDiffers;
+    if (check_tags && static_cast<uint32_t>(seen >> 32) != tag) bits |= kBarrierTagDiffers;
   }
-  return __syncthreads_or(bits);
+  // __syncthreads_or answers whether any thread's predicate is non-zero, not their bitwise OR:
+  // one block reduction in the common case, one per bit when something is set.
+  if (__syncthreads_or(bits) == 0) return 0;
+  return (__syncthreads_or(bits & kBarrierTimedOut) != 0 ? kBarrierTimedOut : 0) |
+         (__syncthreads_or(bits & kBarrierTagDiffers) != 0 ? kBarrierTagDiffers : 0);
 }
 
 // A barrier that does not look at the tags (B2; all threads call it). False on timeout.
 SYMMEM_DEVICE_INLINE bool block_barrier(const SyncArgs& s, uint32_t value, dev::Deadline deadline) {
-  return (barrier_flags(s, value, deadline, true) & kBarrierTimedOut) == 0;
+  return barrier_flags(s, value, deadline, true, false) == 0;
 }
 
 // ---- op errors and the zero-copy agreement ----------------------------------------------------
@@ -265,10 +270,10 @@ SYMMEM_DEVICE_INLINE void publish_desc(const SyncArgs& s, uint32_t epoch) {
 // as for barrier_flags: whether a peer reads what this block wrote since the kernel began.
 SYMMEM_DEVICE_INLINE bool barrier_agree(const SyncArgs& s, uint32_t epoch, dev::Deadline deadline,
                                         bool release) {
-  const int bits = barrier_flags(s, flag_value(epoch, 1), deadline, release);
+  const int bits = barrier_flags(s, flag_value(epoch, 1), deadline, release, true);
   if (bits == 0) return true;
   if ((bits & kBarrierTimedOut) != 0) return false;
-  if ((barrier_flags(s, flag_value(epoch, 3), deadline, true) & kBarrierTimedOut) != 0) return false;
+  if (barrier_flags(s, flag_value(epoch, 3), deadline, true, false) != 0) return false;
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     const int64_t* t = desc_table(s, s.rank, epoch);
     for (int p = 0; p < s.world; ++p) {
