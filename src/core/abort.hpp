@@ -78,7 +78,11 @@ SYMMEM_API void add_abort_hook(AbortState& s, std::function<void()> hook);
 // machine has exited (NOTE [failed ranks] in group.cpp) and then sets the group's abort state
 // with ErrorCode::PeerFailure, naming the rank: its kernels return within about a millisecond
 // (NOTE [device abort]) and its ops raise PeerFailure. SYMMEM_ABORT_ON_PEER_FAILURE=0 turns it
-// off (a GPU wait on a dead peer then lasts until its deadline).
+// off (a GPU wait on a dead peer then lasts until its deadline). Once the process exits (an
+// atexit handler registered when the thread starts, so after the CUDA runtime's own) the thread
+// acts no more, and an action under way finishes before exit goes on: peers that finished first
+// must not make it call a backend's hooks, which use CUDA, while the runtime is torn down (a
+// rank crashed at exit that way in gpu_streams_np4 once).
 SYMMEM_API void watch_peer_liveness(const Group& group);
 
 }  // namespace detail

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -817,11 +818,19 @@ struct LivenessWatcher {
   std::mutex mu;
   std::vector<std::weak_ptr<Group::Impl>> groups;
   bool started = false;
+  std::mutex acting;     // held while the thread aborts a group, and by the exit handler
+  bool exiting = false;  // under `acting`: the process is exiting; the thread does nothing more
 };
 
 LivenessWatcher& watcher() {
   static auto* w = new LivenessWatcher;
   return *w;
+}
+
+void watcher_exit() {
+  LivenessWatcher& w = watcher();
+  std::lock_guard<std::mutex> lock(w.acting);
+  w.exiting = true;
 }
 
 void watch_loop() {
@@ -850,6 +859,8 @@ void watch_loop() {
         line += " (pid " + std::to_string(g->procs[r].pid) + ") of group " + g->name +
                 " has exited; its GPU ops were stopped (the liveness watcher, "
                 "SYMMEM_ABORT_ON_PEER_FAILURE)";
+        std::lock_guard<std::mutex> acting(w.acting);
+        if (w.exiting) return;
         if (set_aborted(*g->abort, line, ErrorCode::PeerFailure)) {
           SYMMEM_LOG(WARN, GPU) << "rank " << g->rank << ": " << line;
           dump_flight_recorders_on_failure("peer_failure", line.c_str());
@@ -877,6 +888,7 @@ void watch_peer_liveness(const Group& group) {
   w.groups.push_back(group.impl());
   if (!w.started) {
     w.started = true;
+    std::atexit(watcher_exit);
     std::thread(watch_loop).detach();
   }
 }
