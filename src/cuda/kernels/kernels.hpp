@@ -25,9 +25,9 @@
 // - Barrier kernels: block b of rank r signals peer p by storing value (epoch << 2 | phase) at
 //   system scope into the low half of p's 64-bit flags[b][r] (the high half: the tag of its
 //   descriptor, NOTE [barrier flags] in common.cuh; release where the block wrote something a
-//   peer reads), and waits (acquire) until its own flags[b][p] >= that value (wrap-safe). Flags only grow, so nothing is reset and no
-//   round-trip is needed to re-arm them. Blocks pair up by index: every rank launches the same
-//   grid for the same op.
+//   peer reads), and waits (acquire) until its own flags[b][p] >= that value (wrap-safe). Flags
+//   only grow, so nothing is reset and no round-trip is needed to re-arm them. Blocks pair up by
+//   index: every rank launches the same grid for the same op.
 // - LL kernels: data travels in 16-byte packets {data_lo, flag, data_hi, flag} (8 data bytes,
 //   each 4-byte half paired with its flag, written by one 16-byte volatile store); the flag is
 //   epoch + 1 and the packet buffer is chosen by epoch parity, so a stale packet never carries

@@ -13,9 +13,9 @@
 //   barrier:            B1 (and the descriptor check, which sees a refused barrier)
 // B1 says every rank reached the op (its inputs are published, its receive area is free); B2
 // says every peer is done with this rank's memory. Every mode publishes its descriptor before B1
-// and checks the ranks' tags of it at B1 (barrier_agree, NOTE [barrier flags]); when the check fails (a peer refused the op, NOTE
-// [refused ops] in refuse.cu, or zero-copy buffers differ) nothing moves and B2 is skipped on
-// every rank, since every rank sees the same table.
+// and checks the ranks' tags of it at B1 (barrier_agree, NOTE [barrier flags]); when the check
+// fails (a peer refused the op, NOTE [refused ops] in refuse.cu, or zero-copy buffers differ)
+// nothing moves and B2 is skipped on every rank, since every rank sees the same table.
 
 #include <cuda_runtime.h>
 
