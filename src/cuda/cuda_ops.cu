@@ -8,7 +8,8 @@
 // each rank decides alone whether its send/recv lie in symmetric memory. A kernel that reads
 // or writes peers' user buffers needs every rank to have decided the same way, at the same
 // offset of the same allocation: every barrier kernel publishes {alloc id, offset} of what it
-// uses zero-copy and checks after its first barrier that all ranks published the same. On a
+// uses zero-copy and checks at its first barrier that all ranks published the same (a tag of it
+// rides on every barrier flag; NOTE [barrier flags] in kernels/common.cuh). On a
 // mismatch no rank moves data and the op error record is set; the next synchronising call or
 // Group::check_async_error() throws InvalidArgument naming the rank that differs (NOTE
 // [device-detected errors]). Pass the same kind of buffer on every rank (symmetric at the same
