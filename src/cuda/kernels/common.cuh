@@ -133,8 +133,8 @@ SYMMEM_DEVICE_INLINE uint32_t flag_value(uint32_t epoch, uint32_t phase) {
 // B2 before this rank signals it), and both carry the same tag. Tags differ only when some rank
 // differs from another, so every rank sees a difference or none; then every rank meets once more
 // (phase 3, release and acquire: the tables are visible after it) and block 0 records why from
-// the full table (desc_report). A refusal's tag has the top bit set and normal tags never do, so a
-// refusal is always seen; two different zero-copy descriptors share a tag with probability 2^-31.
+// the full table (barrier_agree). A refusal's tag has the top bit set and normal tags never do, so
+// a refusal is always seen; two different zero-copy descriptors share a tag with probability 2^-31.
 SYMMEM_DEVICE_INLINE uint32_t desc_tag(const SyncArgs& s) {
   if (s.desc[0] == kDescRefused) return 0x80000000u | (static_cast<uint32_t>(s.desc[1]) & 0xffffu);
   uint64_t h = 0x9e3779b97f4a7c15ull;
