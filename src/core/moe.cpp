@@ -804,8 +804,6 @@ MoeLayout moe_layout_restore(const void* topk_idx, DType idx_dtype, size_t token
 
 namespace {
 
-// The rows this rank gets back from rank r in combine: (token, slot) in r's send order, i.e. by
-// r's local expert, then token, then slot. One pass over r's tokens, bucketed by expert.
 const MoeLayout::Impl::CombinePlan& combine_plan(const MoeLayout::Impl& l) {
   std::call_once(l.combine_once, [&] {
     auto& p = l.combine;
