@@ -72,6 +72,11 @@ template <MemOrder kOrder = MemOrder::acquire>
 SYMMEM_DEVICE_INLINE uint32_t load_sys(const uint32_t* addr);
 template <MemOrder kOrder = MemOrder::release>
 SYMMEM_DEVICE_INLINE void store_sys(uint32_t* addr, uint32_t value);
+// The same for 64-bit words (one naturally aligned access: both halves are seen together).
+template <MemOrder kOrder = MemOrder::acquire>
+SYMMEM_DEVICE_INLINE uint64_t load_sys(const uint64_t* addr);
+template <MemOrder kOrder = MemOrder::release>
+SYMMEM_DEVICE_INLINE void store_sys(uint64_t* addr, uint64_t value);
 template <MemOrder kOrder = MemOrder::acq_rel>
 SYMMEM_DEVICE_INLINE uint32_t cas_sys(uint32_t* addr, uint32_t expected, uint32_t desired);
 template <MemOrder kOrder = MemOrder::acq_rel>

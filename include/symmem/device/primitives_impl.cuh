@@ -43,6 +43,30 @@ SYMMEM_DEVICE_INLINE void store_sys(uint32_t* addr, uint32_t value) {
 }
 
 template <MemOrder kOrder>
+SYMMEM_DEVICE_INLINE uint64_t load_sys(const uint64_t* addr) {
+  static_assert(kOrder == MemOrder::relaxed || kOrder == MemOrder::acquire,
+                "load_sys: order must be relaxed or acquire");
+  uint64_t v;
+  if constexpr (kOrder == MemOrder::acquire) {
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(addr) : "memory");
+  } else {
+    asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(addr) : "memory");
+  }
+  return v;
+}
+
+template <MemOrder kOrder>
+SYMMEM_DEVICE_INLINE void store_sys(uint64_t* addr, uint64_t value) {
+  static_assert(kOrder == MemOrder::relaxed || kOrder == MemOrder::release,
+                "store_sys: order must be relaxed or release");
+  if constexpr (kOrder == MemOrder::release) {
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(addr), "l"(value) : "memory");
+  } else {
+    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(addr), "l"(value) : "memory");
+  }
+}
+
+template <MemOrder kOrder>
 SYMMEM_DEVICE_INLINE uint32_t cas_sys(uint32_t* addr, uint32_t expected, uint32_t desired) {
   uint32_t old;
   if constexpr (kOrder == MemOrder::relaxed) {

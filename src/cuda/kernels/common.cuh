@@ -153,20 +153,10 @@ SYMMEM_DEVICE_INLINE uint64_t* flag_slot(const SyncArgs& s, int owner, int row, 
 }
 SYMMEM_DEVICE_INLINE void flag_store(uint64_t* p, uint64_t v, bool release) {
   if (release) {
-    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+    dev::store_sys<MemOrder::release>(p, v);
   } else {
-    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+    dev::store_sys<MemOrder::relaxed>(p, v);
   }
-}
-SYMMEM_DEVICE_INLINE uint64_t flag_load(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-SYMMEM_DEVICE_INLINE uint64_t flag_load_acquire(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
 }
 SYMMEM_DEVICE_INLINE bool flag_reached(uint64_t word, uint32_t value) {
   return static_cast<int32_t>(static_cast<uint32_t>(word) - value) >= 0;  // wrap-safe
@@ -201,7 +191,7 @@ SYMMEM_DEVICE_INLINE int barrier_flags(const SyncArgs& s, uint32_t value, dev::D
     const uint64_t* mine = flag_slot(s, s.rank, blockIdx.x, p);
     int spins = 0;
     bool timed_out = false;
-    while (!flag_reached(flag_load(mine), value)) {
+    while (!flag_reached(dev::load_sys<MemOrder::relaxed>(mine), value)) {
       if (++spins == 64) {
         spins = 0;
         if (deadline.expired()) {
@@ -217,7 +207,7 @@ SYMMEM_DEVICE_INLINE int barrier_flags(const SyncArgs& s, uint32_t value, dev::D
     }
     // Synchronizes with the peer's release store (flags only grow: a later value is a later
     // release by the same peer), and reads the tag with it.
-    const uint64_t seen = flag_load_acquire(mine);
+    const uint64_t seen = dev::load_sys<MemOrder::acquire>(mine);
     if (check_tags && static_cast<uint32_t>(seen >> 32) != tag) bits |= kBarrierTagDiffers;
   }
   // __syncthreads_or answers whether any thread's predicate is non-zero, not their bitwise OR:

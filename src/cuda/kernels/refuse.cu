@@ -49,7 +49,9 @@ namespace {
 // Whether `p` has started its kernel of `epoch` (step 3 above).
 SYMMEM_DEVICE_INLINE bool peer_started(const RefuseArgs& a, int p, uint32_t epoch) {
   const SyncArgs& s = a.sync;
-  if (flag_reached(flag_load(flag_slot(s, s.rank, 0, p)), flag_value(epoch, 1))) return true;
+  if (flag_reached(dev::load_sys<MemOrder::relaxed>(flag_slot(s, s.rank, 0, p)),
+                   flag_value(epoch, 1)))
+    return true;
   const char* pkt = peer(a.ll, s.rank) + static_cast<size_t>(epoch & 1) * s.world * a.slot_bytes +
                     static_cast<size_t>(p) * a.slot_bytes;
   const uint4 q = dev::ld_v4_volatile(pkt);
