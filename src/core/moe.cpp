@@ -74,6 +74,7 @@
 #include "core/moe_device.hpp"
 #include "core/workspace.hpp"
 #include "symmem/backend.hpp"
+#include "symmem/env.hpp"
 #include "symmem/error.hpp"
 
 namespace symmem {
@@ -153,6 +154,7 @@ struct MoeLayout::Impl {
   std::shared_ptr<DeviceLayout> dl;
   const void* topk_dev = nullptr;
   bool idx64 = true;
+  bool direct = false;  // every rank allows a direct dispatch (NOTE [moe direct dispatch])
 };
 
 MoeLayout::MoeLayout() = default;
@@ -510,7 +512,8 @@ MoeLayout device_layout(const char* op, const void* topk_idx, DType idx_dtype, s
                             -static_cast<int64_t>(topk),
                             num_experts,
                             -static_cast<int64_t>(num_experts),
-                            refused ? rank : -1};
+                            refused ? rank : -1,
+                            env::moe_direct() ? 0 : 1};
   std::vector<int64_t> most(mine.size());
   OpOptions cpu;
   cpu.timeout = options.timeout;
@@ -537,6 +540,7 @@ MoeLayout device_layout(const char* op, const void* topk_idx, DType idx_dtype, s
   l->device = device;
   l->topk_dev = topk_idx;
   l->idx64 = idx_dtype == DType::i64;
+  l->direct = most[7] == 0;  // every rank allows it (SYMMEM_MOE_DIRECT)
   const auto W = static_cast<size_t>(world), L = static_cast<size_t>(l->local);
   const auto E = static_cast<size_t>(num_experts), K = static_cast<size_t>(topk);
   const size_t slab = l->max_tokens * W;
@@ -545,7 +549,7 @@ MoeLayout device_layout(const char* op, const void* topk_idx, DType idx_dtype, s
   for (size_t e = 0; e < L; ++e) l->expert_offset[e] = e * slab;
   // The arrays: int64 first (13 per rank: the last one spare, so that the int32 ones start
   // 8-byte aligned whatever the counts), then int32.
-  const size_t n64 = E + 13 * W + L, n32 = tokens * W + 2 * tokens * K + E + 3 * L * W;
+  const size_t n64 = E + 13 * W + L, n32 = tokens * W + 2 * tokens * K + E + 3 * L * W + 2;
   const size_t bytes = align_to(n64 * 8 + n32 * 4, 16);
   auto d = std::make_shared<DeviceLayout>();
   d->base = api->alloc(op, rank, device.index, bytes);
@@ -587,6 +591,8 @@ MoeLayout device_layout(const char* op, const void* topk_idx, DType idx_dtype, s
   a.cnt = take32(L * W);
   a.base = take32(L * W);
   a.pre = take32(W * L);
+  a.parity = take32(1);
+  a.done = take32(1);
   a.topk = topk_idx;
   a.idx64 = l->idx64;
   a.tokens = static_cast<int64_t>(tokens);
@@ -847,11 +853,12 @@ size_t align_up(size_t n, size_t a) {
   return (n + a - 1) / a * a;
 }
 
-// This rank's part of the group's "moe" scratch, at least `bytes` (NOTE [moe on the GPU]).
+// The group's MoE scratch for `purpose`, at least `bytes` per rank (NOTE [moe on the GPU]).
 // Growing it is collective (every rank computes the same size in the same call) and cannot
 // happen while the stream is being captured into a CUDA graph.
-char* moe_scratch(const MoeLayout::Impl& l, const OpOptions& o, size_t bytes, const char* op) {
-  SymmetricMemory s = group_scratch(l.group, l.device, bytes, "moe", false);
+SymmetricMemory moe_scratch_memory(const MoeLayout::Impl& l, const OpOptions& o, size_t bytes,
+                                   const char* op, const char* purpose) {
+  SymmetricMemory s = group_scratch(l.group, l.device, bytes, purpose, false);
   if (!s.valid()) {
     // (moe_api: a layout routed on the device has no GpuIndex, l.gpu is null there.)
     if (moe_api(op, l.rank)->capturing(op, l.rank, l.device.index, o.stream))
@@ -861,9 +868,14 @@ char* moe_scratch(const MoeLayout::Impl& l, const OpOptions& o, size_t bytes, co
                                  std::to_string(bytes) +
                                  " bytes per rank), which cannot happen during capture: run the "
                                  "same call once before capturing (warm up)");
-    s = group_scratch(l.group, l.device, bytes, "moe", true);
+    s = group_scratch(l.group, l.device, bytes, purpose, true);
   }
-  return static_cast<char*>(s.ptr(l.rank));
+  return s;
+}
+
+// This rank's part of the group's "moe" scratch (the packs of the all_to_all_v exchanges).
+char* moe_scratch(const MoeLayout::Impl& l, const OpOptions& o, size_t bytes, const char* op) {
+  return static_cast<char*>(moe_scratch_memory(l, o, bytes, op, "moe").ptr(l.rank));
 }
 
 AllToAllVOptions gpu_exchange(const MoeLayout::Impl& l, const OpOptions& o) {
@@ -956,9 +968,7 @@ void dispatch_device_layout(const MoeLayout::Impl& l, const void* x, const float
   const auto W = static_cast<size_t>(l.world);
   const size_t header = align_up((1 + 2 * static_cast<size_t>(l.k)) * 4, 16);
   const size_t pack = align_up(header + row_bytes + scale_bytes, 16);
-  const size_t cb = align_up(static_cast<size_t>(l.local) * 4, 16);
-  const size_t region = align_up(W * cb + W * l.max_tokens * pack, 256);
-  char* send = moe_scratch(l, o, 2 * region, op);
+  const size_t cb = align_up((1 + static_cast<size_t>(l.local)) * 4, 16);
   detail::MoeDeviceLayoutArgs a = d.arrays;
   a.x = static_cast<const char*>(x);
   a.x_scales = reinterpret_cast<const char*>(x_scales);
@@ -969,6 +979,27 @@ void dispatch_device_layout(const MoeLayout::Impl& l, const void* x, const float
   a.header = static_cast<int64_t>(header);
   a.pack = static_cast<int64_t>(pack);
   a.cb = static_cast<int64_t>(cb);
+  if (l.direct) {
+    // NOTE [moe direct dispatch]: two areas (by parity) of one piece per source.
+    const size_t piece = align_up(cb + l.max_tokens * pack, 256);
+    SymmetricMemory s = moe_scratch_memory(l, o, 2 * W * piece, op, "moe_ll");
+    bool reachable = s.backend() == "cuda" && s.signal_pad_bytes() / 4 >= 2 * W;
+    for (int p = 0; p < l.world && reachable; ++p) reachable = s.direct_access(p);
+    if (reachable) {  // the same answer on every rank (one backend, one host)
+      a.peers = s.device_handle();
+      if (o.timeout.count() > 0)  // else the handle's (SYMMEM_TIMEOUT_MS)
+        a.peers.timeout_ns = static_cast<uint64_t>(o.timeout.count()) * 1000000u;
+      a.piece = static_cast<int64_t>(piece);
+      a.half = static_cast<int64_t>(W * piece);
+      a.recv = static_cast<char*>(s.ptr(l.rank));
+      d.api->layout_route_put(op, l.rank, l.device.index, a, o.stream);
+      d.api->layout_wait_place(op, l.rank, l.device.index, a, o.stream);
+      return;
+    }
+  }
+  const size_t region = align_up(W * cb + W * l.max_tokens * pack, 256);
+  char* send = moe_scratch(l, o, 2 * region, op);
+  a.parity = nullptr;  // through all_to_all_v
   a.send = send;
   a.recv = send + region;
   d.api->layout_route_pack(op, l.rank, l.device.index, a, o.stream);

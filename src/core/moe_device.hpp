@@ -12,10 +12,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "symmem/device_handle.hpp"
+
 namespace symmem::detail {
 
 inline constexpr const char* kMoeDeviceExtension = "moe_device_v1";
-inline constexpr int kMoeDeviceApiVersion = 1;
+inline constexpr int kMoeDeviceApiVersion = 2;
 
 // One part of a row copied by moe gather: `bytes` from src + index * src_stride to
 // dst + i * dst_stride. Any alignment (the kernel picks the widest access all of them allow).
@@ -61,11 +63,14 @@ struct MoeCombineArgs {
 
 // A layout routed on the device (MoeOptions::device_layout; NOTE [moe device layout] in
 // src/core/moe.cpp): every pointer is device memory of the layout, sized at moe_layout().
-// Pieces of the dispatch exchange, per destination r: a count block (cb bytes: int32 per local
-// expert of r, how many (token, slot) entries of this rank go to it), then one pack per token
-// (pack bytes: header int32 {token, k expert ids or -1, k indices within the expert}, padded to
-// `header` bytes, then the row and the fp8 scales). Counts of the all_to_all_v are in 4-byte
-// units.
+// Pieces of the dispatch exchange, per destination r: a count block (cb bytes: int32 {tokens
+// this rank sends to r, then per local expert of r how many (token, slot) entries of this rank
+// go to it}), then one pack per token (pack bytes: header int32 {token, k expert ids or -1, k
+// indices within the expert}, padded to `header` bytes, then the row and the fp8 scales).
+// Counts of the all_to_all_v are in 4-byte units. A direct dispatch (NOTE [moe direct dispatch]
+// in src/core/moe.cpp) stores the pieces into the peers' receive areas itself: `peers` is the
+// handle of the group's "moe_ll" scratch, whose part on each rank holds two areas (by the
+// parity of the dispatch) of `world` pieces of `piece` bytes, source s's piece at s * piece.
 struct MoeDeviceLayoutArgs {
   // The layout.
   const void* topk = nullptr;  // [tokens, k], int32 (idx64 = false) or int64
@@ -79,7 +84,10 @@ struct MoeDeviceLayoutArgs {
   char* recv_scales = nullptr;
   int64_t row_bytes = 0, scale_bytes = 0, header = 0, pack = 0, cb = 0;
   char* send = nullptr;  // this rank's send pack
-  char* recv = nullptr;  // this rank's receive pack
+  char* recv = nullptr;  // this rank's receive pack (direct: its "moe_ll" scratch)
+  // Direct dispatch (peers.buffers null: through all_to_all_v).
+  DeviceHandle peers;
+  int64_t piece = 0, half = 0;  // bytes of a source's piece, of one parity's area (world pieces)
   // Combine data.
   const char* y = nullptr;
   int64_t y_row_bytes = 0, stride = 0;
@@ -104,6 +112,8 @@ struct MoeDeviceLayoutArgs {
   int64_t* expert_counts = nullptr;  // [local]
   int64_t* c_send_units = nullptr;   // [world]: combine send counts (units)
   int64_t* c_recv_units = nullptr;   // [world]: combine receive counts (units)
+  int32_t* parity = nullptr;         // [1]: the area of the latest direct dispatch
+  int32_t* done = nullptr;           // [1]: blocks of the put kernel done (0 at rest)
 };
 
 struct MoeDeviceApi {
@@ -133,6 +143,12 @@ struct MoeDeviceApi {
                        void* stream) = nullptr;
   void (*layout_combine_pack)(const char* op, int rank, int device, const MoeDeviceLayoutArgs& a,
                               void* stream) = nullptr;
+  // A direct dispatch (a.peers set): route, then put (count blocks and packs stored into every
+  // peer's area, then one signal per peer); wait for every peer's signal, place, then unpack.
+  void (*layout_route_put)(const char* op, int rank, int device, const MoeDeviceLayoutArgs& a,
+                           void* stream) = nullptr;
+  void (*layout_wait_place)(const char* op, int rank, int device, const MoeDeviceLayoutArgs& a,
+                            void* stream) = nullptr;
 };
 
 }  // namespace symmem::detail

@@ -15,6 +15,8 @@ int launch_moe_combine(const detail::MoeCombineArgs& a, void* stream);
 // A device layout's kernels (route then pack; place then unpack; combine's pack).
 int launch_moe_layout_route_pack(const detail::MoeDeviceLayoutArgs& a, void* stream);
 int launch_moe_layout_place(const detail::MoeDeviceLayoutArgs& a, void* stream);
+int launch_moe_layout_route_put(const detail::MoeDeviceLayoutArgs& a, void* stream);
+int launch_moe_layout_wait_place(const detail::MoeDeviceLayoutArgs& a, void* stream);
 int launch_moe_layout_combine_pack(const detail::MoeDeviceLayoutArgs& a, void* stream);
 
 // The table (static storage, never null).

@@ -10,6 +10,7 @@
 
 #include "core/float_convert.hpp"
 #include "cuda/cuda_moe.hpp"
+#include "symmem/device/sync.cuh"
 
 namespace symmem::cuda {
 namespace {
@@ -204,6 +205,12 @@ __device__ __forceinline__ int expert_at(const MoeDeviceLayoutArgs& a, int64_t i
   return v >= 0 && v < a.experts ? static_cast<int>(v) : -1;
 }
 
+// Where a direct dispatch keeps its count (NOTE [moe direct dispatch] in src/core/moe.cpp): the
+// last slot of this rank's pad of the "moe_ll" scratch, which its signals (channel 0) never use.
+__device__ __forceinline__ uint32_t* direct_count(const MoeDeviceLayoutArgs& a) {
+  return a.peers.signal_pads[a.rank] + (a.peers.pad_slots - 1);
+}
+
 // The copy widths of the layout kernels (chosen on the host, like width_of).
 struct LayoutParams {
   MoeDeviceLayoutArgs a;
@@ -273,6 +280,13 @@ __global__ void __launch_bounds__(kRouteThreads) layout_route_kernel(const MoeDe
   const int64_t n = a.tokens * a.k;
   const int64_t t0 = a.tokens * w / warps, t1 = a.tokens * (w + 1) / warps;
   for (int i = tid; i < warps * (a.experts + a.world); i += nt) route_shared[i] = 0;
+  if (a.parity != nullptr && tid == 0) {
+    // A direct dispatch: this one's area, from the count kept in this rank's pad of the scratch.
+    uint32_t* count = direct_count(a);
+    const uint32_t c = *count;
+    *count = c + 1;
+    a.parity[0] = static_cast<int32_t>(c & 1u);
+  }
   __syncthreads();
   for (int64_t i = t0 * a.k + lane; i < t1 * a.k; i += 32) {
     const int e = expert_at(a, i);
@@ -363,21 +377,31 @@ RouteShape route_shape(const MoeDeviceLayoutArgs& a) {
   return s;
 }
 
-// Block 0 writes the count blocks; each token's block writes its pack into every piece it goes
-// to: header {token, expert ids on that rank or -1, their indices}, row, scales.
-__global__ void __launch_bounds__(kMoeThreads) layout_pack_kernel(const LayoutParams p) {
+// The start of piece r: in this rank's send pack, or (direct) this rank's piece in r's area.
+__device__ __forceinline__ char* piece_for(const MoeDeviceLayoutArgs& a, int r, int64_t area) {
+  return a.parity == nullptr ? a.send + a.send_off[r] * 4
+                             : static_cast<char*>(a.peers.buffers[r]) + area;
+}
+
+// Block 0 writes the count blocks {tokens, entries per local expert}; each token's block writes
+// its pack into every piece it goes to: header {token, expert ids on that rank or -1, their
+// indices}, row, scales. Into this rank's send pack, or (direct) into the peers' areas.
+__device__ __forceinline__ void pack_pieces(const LayoutParams& p, int64_t area) {
   const MoeDeviceLayoutArgs& a = p.a;
   if (blockIdx.x == 0) {
-    for (int64_t i = threadIdx.x; i < static_cast<int64_t>(a.world) * a.local; i += blockDim.x) {
-      const int64_t r = i / a.local, e = i % a.local;
-      reinterpret_cast<int32_t*>(a.send + a.send_off[r] * 4)[e] = a.hist[r * a.local + e];
+    const int64_t n = a.local + 1;
+    for (int64_t i = threadIdx.x; i < static_cast<int64_t>(a.world) * n; i += blockDim.x) {
+      const int r = static_cast<int>(i / n);
+      const int64_t e = i % n;
+      reinterpret_cast<int32_t*>(piece_for(a, r, area))[e] =
+          e == 0 ? static_cast<int32_t>(a.tok_count[r]) : a.hist[r * a.local + e - 1];
     }
   }
   for (int64_t t = blockIdx.x; t < a.tokens; t += gridDim.x) {
     for (int r = 0; r < a.world; ++r) {
       const int32_t pos = a.dest_pos[t * a.world + r];
       if (pos < 0) continue;
-      char* dst = a.send + a.send_off[r] * 4 + a.cb + static_cast<int64_t>(pos) * a.pack;
+      char* dst = piece_for(a, r, area) + a.cb + static_cast<int64_t>(pos) * a.pack;
       auto* h = reinterpret_cast<int32_t*>(dst);
       for (int j = threadIdx.x; j <= 2 * a.k; j += blockDim.x) {
         int32_t v = static_cast<int32_t>(t);
@@ -397,11 +421,43 @@ __global__ void __launch_bounds__(kMoeThreads) layout_pack_kernel(const LayoutPa
   }
 }
 
+__global__ void __launch_bounds__(kMoeThreads) layout_pack_kernel(const LayoutParams p) {
+  pack_pieces(p, 0);
+}
+
+// A direct dispatch's put (NOTE [moe direct dispatch]): the pieces go straight into this rank's
+// piece of every peer's area of this parity; the last block to finish (a grid-wide count, each
+// block's stores fenced at system scope before it counts) signals every peer on channel 0 with
+// release order. A signal waits until the peer consumed the previous one (the device API's
+// put_signal): a peer at most one dispatch behind.
+__global__ void __launch_bounds__(kMoeThreads) layout_put_kernel(const LayoutParams p) {
+  const MoeDeviceLayoutArgs& a = p.a;
+  __shared__ int last;
+  pack_pieces(p, a.parity[0] * a.half + a.rank * a.piece);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    last = atomicAdd(a.done, 1) == static_cast<int>(gridDim.x) - 1 ? 1 : 0;
+    if (last != 0) {
+      __threadfence_system();  // with the other blocks' fences: their stores come before ours
+      *a.done = 0;             // for the next dispatch (a later kernel)
+    }
+  }
+  __syncthreads();
+  if (last == 0) return;
+  const device::Deadline deadline = device::Deadline::of(a.peers);
+  for (int r = threadIdx.x; r < a.world; r += blockDim.x)
+    (void)device::put_signal<device::MemOrder::release>(a.peers, r, 0,
+                                                        deadline);  // a timeout is recorded
+}
+
 // One block, after the exchange: tokens per source, rows per (local expert, source) and where
 // they start in the expert's slab, where (source, expert) starts in combine's piece for that
 // source, the expert counts. The counts are kept in shared memory ([local][world] int32, then
 // world int64 receive offsets: place_shared_bytes), so the loops over them do not wait on global
-// memory they just wrote.
+// memory they just wrote. kDirect: thread s first waits for source s's signal (acquire), and
+// the pieces are at fixed places of this parity's area (recv_off is written for unpack).
+template <bool kDirect>
 __global__ void __launch_bounds__(kRouteThreads) layout_place_kernel(const MoeDeviceLayoutArgs a) {
   extern __shared__ int64_t place_shared[];
   int64_t* off = place_shared;                                     // [world]: recv_off
@@ -409,16 +465,32 @@ __global__ void __launch_bounds__(kRouteThreads) layout_place_kernel(const MoeDe
   int32_t* cnt = got + a.world;                                    // [local][world]
   const int tid = threadIdx.x, nt = blockDim.x;
   const int64_t slab = a.world * a.max_tokens;
-  for (int s = tid; s < a.world; s += nt) {
-    const int64_t bytes = a.recv_units[s] * 4;
-    a.recv_tokens[s] = bytes >= a.cb ? (bytes - a.cb) / a.pack : 0;
-    off[s] = a.recv_off[s];
-    got[s] = bytes >= a.cb ? 1 : 0;
+  if (kDirect) {
+    const device::Deadline deadline = device::Deadline::of(a.peers);
+    const int64_t area = a.parity[0] * a.half;
+    for (int s = tid; s < a.world; s += nt) {
+      // A timeout is recorded for the host (raised by the next synchronising call); the source
+      // then counts as sending nothing.
+      const bool ok = device::wait_signal<device::MemOrder::acquire>(a.peers, s, 0, deadline) ==
+                      device::Status::ok;
+      off[s] = (area + s * a.piece) / 4;
+      a.recv_off[s] = off[s];
+      const int32_t n = ok ? reinterpret_cast<const int32_t*>(a.recv + off[s] * 4)[0] : 0;
+      a.recv_tokens[s] = n >= 0 && n <= a.max_tokens ? n : 0;
+      got[s] = ok ? 1 : 0;
+    }
+  } else {
+    for (int s = tid; s < a.world; s += nt) {
+      const int64_t bytes = a.recv_units[s] * 4;
+      a.recv_tokens[s] = bytes >= a.cb ? (bytes - a.cb) / a.pack : 0;
+      off[s] = a.recv_off[s];
+      got[s] = bytes >= a.cb ? 1 : 0;
+    }
   }
   __syncthreads();
   for (int i = tid; i < a.local * a.world; i += nt) {
     const int e = i / a.world, s = i % a.world;
-    const int32_t c = got[s] ? reinterpret_cast<const int32_t*>(a.recv + off[s] * 4)[e] : 0;
+    const int32_t c = got[s] ? reinterpret_cast<const int32_t*>(a.recv + off[s] * 4)[1 + e] : 0;
     cnt[i] = c;
     a.cnt[i] = c;
   }
@@ -542,27 +614,15 @@ int launch_moe_combine(const MoeCombineArgs& a, void* stream) {
   return static_cast<int>(cudaGetLastError());
 }
 
-int launch_moe_layout_route_pack(const MoeDeviceLayoutArgs& a, void* stream) {
-  auto s = static_cast<cudaStream_t>(stream);
-  const RouteShape shape = route_shape(a);
-  if (const int e = allow_shared(layout_route_kernel, shape.shared); e != 0) return e;
-  layout_route_kernel<<<1, static_cast<unsigned>(shape.warps * 32), shape.shared, s>>>(a);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return static_cast<int>(e);
-  LayoutParams p;
-  p.a = a;
-  p.w_row = width_of({a.x, a.row_bytes, a.send, a.pack, a.row_bytes});
-  p.w_scale =
-      width_of({a.x_scales, a.scale_bytes, a.send + a.header + a.row_bytes, a.pack, a.scale_bytes});
-  layout_pack_kernel<<<static_cast<unsigned>(grid_of(a.tokens)), kMoeThreads, 0, s>>>(p);
-  return static_cast<int>(cudaGetLastError());
-}
+namespace {
 
-int launch_moe_layout_place(const MoeDeviceLayoutArgs& a, void* stream) {
+// place (through all_to_all_v, or direct), then unpack.
+template <bool kDirect>
+int launch_place_unpack(const MoeDeviceLayoutArgs& a, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   const size_t place_shared = place_shared_bytes(a);
-  if (const int e = allow_shared(layout_place_kernel, place_shared); e != 0) return e;
-  layout_place_kernel<<<1, kRouteThreads, place_shared, s>>>(a);
+  if (const int e = allow_shared(layout_place_kernel<kDirect>, place_shared); e != 0) return e;
+  layout_place_kernel<kDirect><<<1, kRouteThreads, place_shared, s>>>(a);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return static_cast<int>(e);
   LayoutParams p;
@@ -573,6 +633,49 @@ int launch_moe_layout_place(const MoeDeviceLayoutArgs& a, void* stream) {
   const int64_t slab = static_cast<int64_t>(a.world) * a.max_tokens;
   layout_unpack_kernel<<<static_cast<unsigned>(grid_of(slab)), kMoeThreads, 0, s>>>(p);
   return static_cast<int>(cudaGetLastError());
+}
+
+// route, then pack (into this rank's send pack) or put (direct: into the peers' areas).
+template <bool kDirect>
+int launch_route_pack(const MoeDeviceLayoutArgs& a, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  const RouteShape shape = route_shape(a);
+  if (const int e = allow_shared(layout_route_kernel, shape.shared); e != 0) return e;
+  layout_route_kernel<<<1, static_cast<unsigned>(shape.warps * 32), shape.shared, s>>>(a);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return static_cast<int>(e);
+  LayoutParams p;
+  p.a = a;
+  // Every piece starts 256-byte aligned in its pack or area, so one width serves every peer.
+  char* dst = kDirect ? a.recv : a.send;
+  p.w_row = width_of({a.x, a.row_bytes, dst, a.pack, a.row_bytes});
+  p.w_scale =
+      width_of({a.x_scales, a.scale_bytes, dst + a.header + a.row_bytes, a.pack, a.scale_bytes});
+  const auto grid = static_cast<unsigned>(grid_of(a.tokens));
+  if (kDirect) {
+    layout_put_kernel<<<grid, kMoeThreads, 0, s>>>(p);
+  } else {
+    layout_pack_kernel<<<grid, kMoeThreads, 0, s>>>(p);
+  }
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace
+
+int launch_moe_layout_route_pack(const MoeDeviceLayoutArgs& a, void* stream) {
+  return launch_route_pack<false>(a, stream);
+}
+
+int launch_moe_layout_route_put(const MoeDeviceLayoutArgs& a, void* stream) {
+  return launch_route_pack<true>(a, stream);
+}
+
+int launch_moe_layout_place(const MoeDeviceLayoutArgs& a, void* stream) {
+  return launch_place_unpack<false>(a, stream);
+}
+
+int launch_moe_layout_wait_place(const MoeDeviceLayoutArgs& a, void* stream) {
+  return launch_place_unpack<true>(a, stream);
 }
 
 int launch_moe_layout_combine_pack(const MoeDeviceLayoutArgs& a, void* stream) {
