@@ -59,6 +59,26 @@
 // host (bitwise equal results); topk_idx values outside [-1, num_experts) are dropped on the
 // device (there is no host to raise an error).
 
+// NOTE [moe direct dispatch]
+// On the cuda backend (every peer's memory mapped here) a device-routed dispatch skips the send
+// pack and the all_to_all_v: the put kernel stores each count block and pack straight into this
+// rank's piece of the destination's receive area, in the group's "moe_ll" scratch, whose part on
+// every rank holds two areas (parity 0 and 1) of world pieces, source s's piece at s * piece
+// (max_tokens packs: no offsets to agree on first). The last block of the put kernel to finish
+// (a grid-wide count; each block fences its stores at system scope before counting) signals
+// every rank once, with the device API's put_signal on channel 0 (release); place's thread s
+// waits for source s with wait_signal (acquire), which also consumes the signal. Then place and
+// unpack run as through the exchange, reading the pieces where they landed.
+// The parity alternates per dispatch, from a count kept in the last slot of this rank's pad of
+// the scratch (zero when it is allocated, so the ranks agree; any layout's dispatch moves it, as
+// the layouts share the scratch). Why two areas suffice: rank A's dispatch N + 2 reuses the area
+// that peer B's unpack of dispatch N reads; A starts it only after its own place of N + 1 saw
+// B's signal of N + 1, which B sends after its unpack of N (stream order). A put_signal also
+// waits until the peer consumed the previous signal on its slot. A wait that times out (or a
+// group abort) is recorded in the handle's timeout record and raised by the next synchronising
+// call; that source then counts as sending nothing. SYMMEM_MOE_DIRECT=0 on any rank (agreed
+// when the layout is made), another backend, or a pad under 2 * world slots: the exchange.
+
 #include "symmem/moe.hpp"
 
 #include <algorithm>
