@@ -74,8 +74,8 @@
   X(gpu_ll_max_bytes, "SYMMEM_GPU_LL_MAX_BYTES", "int", "", "0..67108864",                         \
     "Tuning: largest piece the GPU collectives send LL under algo auto (default: tuning.hpp).")    \
   X(moe_direct, "SYMMEM_MOE_DIRECT", "bool", "1", "",                                              \
-    "Low-latency MoE dispatch routed on the device stores its packs straight into the peers' "     \
-    "buffers (cuda backend); 0 on any rank: through all_to_all_v (docs/moe.md).")                  \
+    "Low-latency MoE dispatch and combine routed on the device store their rows straight into "    \
+    "the peers' buffers (cuda backend); 0 on any rank: through all_to_all_v (docs/moe.md).")       \
   X(trace_buffer, "SYMMEM_TRACE_BUFFER", "int", "2000", "0..1000000",                              \
     "Ops each group's flight recorder keeps (a ring of the most recent); 0: record nothing.")      \
   X(trace_device_times, "SYMMEM_TRACE_DEVICE_TIMES", "bool", "1", "",                              \

@@ -76,8 +76,15 @@
 // B's signal of N + 1, which B sends after its unpack of N (stream order). A put_signal also
 // waits until the peer consumed the previous signal on its slot. A wait that times out (or a
 // group abort) is recorded in the handle's timeout record and raised by the next synchronising
-// call; that source then counts as sending nothing. SYMMEM_MOE_DIRECT=0 on any rank (agreed
-// when the layout is made), another backend, or a pad under 2 * world slots: the exchange.
+// call; that source then counts as sending nothing.
+// combine does the same in the "moe_ll_back" scratch: each (source, expert) pair's rows go into
+// the source's area at the rows its slot_row names (the source's count block told the expert
+// rank how many of its entries come before that rank's experts), the last block signals, a
+// one-block kernel waits, and the sums read the area of this parity (its count and parity are
+// moved by the put kernel's last block, after every block read them). Two areas suffice by the
+// same argument (a rank's combine C + 2 follows its wait for every peer's combine C + 1).
+// SYMMEM_MOE_DIRECT=0 on any rank (agreed when the layout is made), another backend, or a pad
+// under 2 * world slots: the exchange.
 
 #include "symmem/moe.hpp"
 
@@ -567,9 +574,8 @@ MoeLayout device_layout(const char* op, const void* topk_idx, DType idx_dtype, s
   l->rows = L * slab;
   l->expert_offset.resize(L);
   for (size_t e = 0; e < L; ++e) l->expert_offset[e] = e * slab;
-  // The arrays: int64 first (13 per rank: the last one spare, so that the int32 ones start
-  // 8-byte aligned whatever the counts), then int32.
-  const size_t n64 = E + 13 * W + L, n32 = tokens * W + 2 * tokens * K + E + 3 * L * W + 2;
+  // The arrays: int64 first (14 per rank, the last one spare), then int32.
+  const size_t n64 = E + 14 * W + L, n32 = tokens * W + 2 * tokens * K + E + 3 * L * W + 4;
   const size_t bytes = align_to(n64 * 8 + n32 * 4, 16);
   auto d = std::make_shared<DeviceLayout>();
   d->base = api->alloc(op, rank, device.index, bytes);
@@ -596,6 +602,7 @@ MoeLayout device_layout(const char* op, const void* topk_idx, DType idx_dtype, s
   a.recv_tokens = take64(W);
   a.c_send_units = take64(W);
   a.c_recv_units = take64(W);
+  a.back_first = take64(W);
   (void)take64(W);
   a.expert_counts = take64(L);
   auto* p32 = reinterpret_cast<int32_t*>(p64);
@@ -613,6 +620,8 @@ MoeLayout device_layout(const char* op, const void* topk_idx, DType idx_dtype, s
   a.pre = take32(W * L);
   a.parity = take32(1);
   a.done = take32(1);
+  a.back_parity = take32(1);
+  a.back_done = take32(1);
   a.topk = topk_idx;
   a.idx64 = l->idx64;
   a.tokens = static_cast<int64_t>(tokens);
@@ -981,6 +990,20 @@ void combine_gpu(const MoeLayout::Impl& l, const void* y, DType dtype, size_t hi
   if (hidden > 0) g.api->combine(op, l.rank, l.device.index, c, o.stream);
 }
 
+// Whether a direct dispatch or combine can use scratch `s` (NOTE [moe direct dispatch]): the
+// same answer on every rank (one backend, one host). Then `h` is its device handle, with the
+// op's timeout.
+bool direct_handle(const SymmetricMemory& s, const OpOptions& o, DeviceHandle& h) {
+  const auto world = static_cast<size_t>(s.world_size());
+  bool reachable = s.backend() == "cuda" && s.signal_pad_bytes() / 4 >= 2 * world;
+  for (int p = 0; p < s.world_size() && reachable; ++p) reachable = s.direct_access(p);
+  if (!reachable) return false;
+  h = s.device_handle();
+  if (o.timeout.count() > 0)  // else the handle's (SYMMEM_TIMEOUT_MS)
+    h.timeout_ns = static_cast<uint64_t>(o.timeout.count()) * 1000000u;
+  return true;
+}
+
 void dispatch_device_layout(const MoeLayout::Impl& l, const void* x, const float* x_scales,
                             void* recv_x, float* recv_scales, size_t row_bytes, size_t scale_bytes,
                             const OpOptions& o, const char* op) {
@@ -988,7 +1011,7 @@ void dispatch_device_layout(const MoeLayout::Impl& l, const void* x, const float
   const auto W = static_cast<size_t>(l.world);
   const size_t header = align_up((1 + 2 * static_cast<size_t>(l.k)) * 4, 16);
   const size_t pack = align_up(header + row_bytes + scale_bytes, 16);
-  const size_t cb = align_up((1 + static_cast<size_t>(l.local)) * 4, 16);
+  const size_t cb = align_up((2 + static_cast<size_t>(l.local)) * 4, 16);
   detail::MoeDeviceLayoutArgs a = d.arrays;
   a.x = static_cast<const char*>(x);
   a.x_scales = reinterpret_cast<const char*>(x_scales);
@@ -1003,12 +1026,7 @@ void dispatch_device_layout(const MoeLayout::Impl& l, const void* x, const float
     // NOTE [moe direct dispatch]: two areas (by parity) of one piece per source.
     const size_t piece = align_up(cb + l.max_tokens * pack, 256);
     SymmetricMemory s = moe_scratch_memory(l, o, 2 * W * piece, op, "moe_ll");
-    bool reachable = s.backend() == "cuda" && s.signal_pad_bytes() / 4 >= 2 * W;
-    for (int p = 0; p < l.world && reachable; ++p) reachable = s.direct_access(p);
-    if (reachable) {  // the same answer on every rank (one backend, one host)
-      a.peers = s.device_handle();
-      if (o.timeout.count() > 0)  // else the handle's (SYMMEM_TIMEOUT_MS)
-        a.peers.timeout_ns = static_cast<uint64_t>(o.timeout.count()) * 1000000u;
+    if (direct_handle(s, o, a.peers)) {
       a.piece = static_cast<int64_t>(piece);
       a.half = static_cast<int64_t>(W * piece);
       a.recv = static_cast<char*>(s.ptr(l.rank));
@@ -1037,17 +1055,31 @@ void combine_device_layout(const MoeLayout::Impl& l, const void* y, DType dtype,
   const size_t stride = align_up(std::max<size_t>(row_bytes, 1), 16);
   const size_t most_rows = static_cast<size_t>(l.world) * l.max_tokens * static_cast<size_t>(l.k);
   const size_t region = align_up(std::max<size_t>(most_rows * stride, 1), 256);
-  char* send = moe_scratch(l, o, 2 * region, op);
   detail::MoeDeviceLayoutArgs a = d.arrays;
   a.y = static_cast<const char*>(y);
   a.y_row_bytes = static_cast<int64_t>(row_bytes);
   a.stride = static_cast<int64_t>(stride);
-  a.send = send;
-  a.recv = send + region;
-  d.api->layout_combine_pack(op, l.rank, l.device.index, a, o.stream);
-  all_to_all_v(a.send, a.c_send_units, a.recv, a.c_recv_units, nullptr, region / kPackUnit,
-               DType::f32, l.group, gpu_exchange(l, o));
   detail::MoeCombineArgs c;
+  bool direct = false;
+  if (l.direct) {  // NOTE [moe direct dispatch]: two areas (by parity) of the rows coming back
+    SymmetricMemory s = moe_scratch_memory(l, o, 2 * region, op, "moe_ll_back");
+    direct = direct_handle(s, o, a.back_peers);
+    if (direct) {
+      a.back_half = static_cast<int64_t>(region);
+      a.recv = static_cast<char*>(s.ptr(l.rank));
+      d.api->layout_combine_put(op, l.rank, l.device.index, a, o.stream);
+      c.rows_parity = a.back_parity;
+      c.rows_half = a.back_half;
+    }
+  }
+  if (!direct) {
+    char* send = moe_scratch(l, o, 2 * region, op);
+    a.send = send;
+    a.recv = send + region;
+    d.api->layout_combine_pack(op, l.rank, l.device.index, a, o.stream);
+    all_to_all_v(a.send, a.c_send_units, a.recv, a.c_recv_units, nullptr, region / kPackUnit,
+                 DType::f32, l.group, gpu_exchange(l, o));
+  }
   c.tokens = static_cast<int64_t>(l.tokens);
   c.topk = l.k;
   c.hidden = static_cast<int64_t>(hidden);

@@ -59,18 +59,23 @@ struct MoeCombineArgs {
   const char* rows = nullptr;
   int64_t row_stride = 0;
   char* out = nullptr;
+  // Non-null: the rows start rows_half * (*rows_parity) bytes past `rows` (a direct combine's
+  // area, NOTE [moe direct dispatch] in src/core/moe.cpp).
+  const int32_t* rows_parity = nullptr;
+  int64_t rows_half = 0;
 };
 
 // A layout routed on the device (MoeOptions::device_layout; NOTE [moe device layout] in
 // src/core/moe.cpp): every pointer is device memory of the layout, sized at moe_layout().
 // Pieces of the dispatch exchange, per destination r: a count block (cb bytes: int32 {tokens
 // this rank sends to r, then per local expert of r how many (token, slot) entries of this rank
-// go to it}), then one pack per token (pack bytes: header int32 {token, k expert ids or -1, k
-// indices within the expert}, padded to `header` bytes, then the row and the fp8 scales).
-// Counts of the all_to_all_v are in 4-byte units. A direct dispatch (NOTE [moe direct dispatch]
-// in src/core/moe.cpp) stores the pieces into the peers' receive areas itself: `peers` is the
-// handle of the group's "moe_ll" scratch, whose part on each rank holds two areas (by the
-// parity of the dispatch) of `world` pieces of `piece` bytes, source s's piece at s * piece.
+// go to it, then how many of its entries go to ranks before r}), then one pack per token (pack
+// bytes: header int32 {token, k expert ids or -1, k indices within the expert}, padded to `header`
+// bytes, then the row and the fp8 scales). Counts of the all_to_all_v are in 4-byte units. A direct
+// dispatch (NOTE [moe direct dispatch] in src/core/moe.cpp) stores the pieces into the peers'
+// receive areas itself: `peers` is the handle of the group's "moe_ll" scratch, whose part on each
+// rank holds two areas (by the parity of the dispatch) of `world` pieces of `piece` bytes, source
+// s's piece at s * piece.
 struct MoeDeviceLayoutArgs {
   // The layout.
   const void* topk = nullptr;  // [tokens, k], int32 (idx64 = false) or int64
@@ -88,6 +93,10 @@ struct MoeDeviceLayoutArgs {
   // Direct dispatch (peers.buffers null: through all_to_all_v).
   DeviceHandle peers;
   int64_t piece = 0, half = 0;  // bytes of a source's piece, of one parity's area (world pieces)
+  // Direct combine: the "moe_ll_back" scratch, two areas of back_half bytes (by parity), each
+  // the rows this rank gets back in combine's order (slot_row).
+  DeviceHandle back_peers;
+  int64_t back_half = 0;
   // Combine data.
   const char* y = nullptr;
   int64_t y_row_bytes = 0, stride = 0;
@@ -112,8 +121,11 @@ struct MoeDeviceLayoutArgs {
   int64_t* expert_counts = nullptr;  // [local]
   int64_t* c_send_units = nullptr;   // [world]: combine send counts (units)
   int64_t* c_recv_units = nullptr;   // [world]: combine receive counts (units)
+  int64_t* back_first = nullptr;     // [world]: source s's entries before this rank's experts
   int32_t* parity = nullptr;         // [1]: the area of the latest direct dispatch
   int32_t* done = nullptr;           // [1]: blocks of the put kernel done (0 at rest)
+  int32_t* back_parity = nullptr;    // [1]: the area of the latest direct combine
+  int32_t* back_done = nullptr;      // [1]: blocks of the combine put kernel done (0 at rest)
 };
 
 struct MoeDeviceApi {
@@ -149,6 +161,10 @@ struct MoeDeviceApi {
                            void* stream) = nullptr;
   void (*layout_wait_place)(const char* op, int rank, int device, const MoeDeviceLayoutArgs& a,
                             void* stream) = nullptr;
+  // A direct combine (a.back_peers set): the rows of y stored into each source's area, one
+  // signal per source, then the wait for every rank's signal (combine's sums follow).
+  void (*layout_combine_put)(const char* op, int rank, int device, const MoeDeviceLayoutArgs& a,
+                             void* stream) = nullptr;
 };
 
 }  // namespace symmem::detail

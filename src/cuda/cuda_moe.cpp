@@ -94,6 +94,7 @@ const detail::MoeDeviceApi* moe_device_api() {
     a.layout_combine_pack = &layout_step<&launch_moe_layout_combine_pack>;
     a.layout_route_put = &layout_step<&launch_moe_layout_route_put>;
     a.layout_wait_place = &layout_step<&launch_moe_layout_wait_place>;
+    a.layout_combine_put = &layout_step<&launch_moe_layout_combine_put>;
     return a;
   }();
   return &api;

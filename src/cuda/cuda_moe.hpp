@@ -17,6 +17,7 @@ int launch_moe_layout_route_pack(const detail::MoeDeviceLayoutArgs& a, void* str
 int launch_moe_layout_place(const detail::MoeDeviceLayoutArgs& a, void* stream);
 int launch_moe_layout_route_put(const detail::MoeDeviceLayoutArgs& a, void* stream);
 int launch_moe_layout_wait_place(const detail::MoeDeviceLayoutArgs& a, void* stream);
+int launch_moe_layout_combine_put(const detail::MoeDeviceLayoutArgs& a, void* stream);
 int launch_moe_layout_combine_pack(const detail::MoeDeviceLayoutArgs& a, void* stream);
 
 // The table (static storage, never null).

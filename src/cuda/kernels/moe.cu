@@ -157,6 +157,7 @@ __global__ void __launch_bounds__(kMoeThreads) moe_combine_kernel(const MoeCombi
   auto* w = reinterpret_cast<float*>(moe_shared + k);
   const int64_t step = static_cast<int64_t>(kVec) * E::kSize;  // bytes per thread and pass
   const int64_t n = a.hidden / kVec;
+  const char* rows_at = a.rows_parity == nullptr ? a.rows : a.rows + *a.rows_parity * a.rows_half;
   for (int64_t t = blockIdx.x; t < a.tokens; t += gridDim.x) {
     __syncthreads();  // the previous token's slots are no longer read
     for (int j = threadIdx.x; j < k; j += blockDim.x) {
@@ -172,7 +173,7 @@ __global__ void __launch_bounds__(kMoeThreads) moe_combine_kernel(const MoeCombi
         const int64_t r = rows[j];
         if (r < 0) continue;
         float f[kVec];
-        E::load(a.rows + r * a.row_stride + v * step, f);
+        E::load(rows_at + r * a.row_stride + v * step, f);
         for (int i = 0; i < kVec; ++i) acc[i] = __fadd_rn(acc[i], __fmul_rn(w[j], f[i]));
       }
       E::store(out + v * step, acc);
@@ -383,18 +384,21 @@ __device__ __forceinline__ char* piece_for(const MoeDeviceLayoutArgs& a, int r, 
                              : static_cast<char*>(a.peers.buffers[r]) + area;
 }
 
-// Block 0 writes the count blocks {tokens, entries per local expert}; each token's block writes
+// Block 0 writes the count blocks {tokens, entries per local expert, entries before the rank's
+// experts}; each token's block writes
 // its pack into every piece it goes to: header {token, expert ids on that rank or -1, their
 // indices}, row, scales. Into this rank's send pack, or (direct) into the peers' areas.
 __device__ __forceinline__ void pack_pieces(const LayoutParams& p, int64_t area) {
   const MoeDeviceLayoutArgs& a = p.a;
   if (blockIdx.x == 0) {
-    const int64_t n = a.local + 1;
+    const int64_t n = a.local + 2;
     for (int64_t i = threadIdx.x; i < static_cast<int64_t>(a.world) * n; i += blockDim.x) {
       const int r = static_cast<int>(i / n);
       const int64_t e = i % n;
-      reinterpret_cast<int32_t*>(piece_for(a, r, area))[e] =
-          e == 0 ? static_cast<int32_t>(a.tok_count[r]) : a.hist[r * a.local + e - 1];
+      int32_t v = static_cast<int32_t>(a.ebase[r * a.local]);  // entries before r's experts
+      if (e == 0) v = static_cast<int32_t>(a.tok_count[r]);
+      if (e > 0 && e <= a.local) v = a.hist[r * a.local + e - 1];
+      reinterpret_cast<int32_t*>(piece_for(a, r, area))[e] = v;
     }
   }
   for (int64_t t = blockIdx.x; t < a.tokens; t += gridDim.x) {
@@ -425,6 +429,24 @@ __global__ void __launch_bounds__(kMoeThreads) layout_pack_kernel(const LayoutPa
   pack_pieces(p, 0);
 }
 
+// The last block of a grid to get here (a grid-wide count in *done, reset by that block; each
+// block's stores fenced at system scope before it counts) returns true in every thread. All
+// threads call it.
+__device__ __forceinline__ bool last_block_done(int32_t* done) {
+  __shared__ int last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    last = atomicAdd(done, 1) == static_cast<int>(gridDim.x * gridDim.y) - 1 ? 1 : 0;
+    if (last != 0) {
+      __threadfence_system();  // with the other blocks' fences: their stores come before ours
+      *done = 0;               // for the next launch (a later kernel)
+    }
+  }
+  __syncthreads();
+  return last != 0;
+}
+
 // A direct dispatch's put (NOTE [moe direct dispatch]): the pieces go straight into this rank's
 // piece of every peer's area of this parity; the last block to finish (a grid-wide count, each
 // block's stores fenced at system scope before it counts) signals every peer on channel 0 with
@@ -432,19 +454,8 @@ __global__ void __launch_bounds__(kMoeThreads) layout_pack_kernel(const LayoutPa
 // put_signal): a peer at most one dispatch behind.
 __global__ void __launch_bounds__(kMoeThreads) layout_put_kernel(const LayoutParams p) {
   const MoeDeviceLayoutArgs& a = p.a;
-  __shared__ int last;
   pack_pieces(p, a.parity[0] * a.half + a.rank * a.piece);
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence_system();
-    last = atomicAdd(a.done, 1) == static_cast<int>(gridDim.x) - 1 ? 1 : 0;
-    if (last != 0) {
-      __threadfence_system();  // with the other blocks' fences: their stores come before ours
-      *a.done = 0;             // for the next dispatch (a later kernel)
-    }
-  }
-  __syncthreads();
-  if (last == 0) return;
+  if (!last_block_done(a.done)) return;
   const device::Deadline deadline = device::Deadline::of(a.peers);
   for (int r = threadIdx.x; r < a.world; r += blockDim.x)
     (void)device::put_signal<device::MemOrder::release>(a.peers, r, 0,
@@ -490,7 +501,9 @@ __global__ void __launch_bounds__(kRouteThreads) layout_place_kernel(const MoeDe
   __syncthreads();
   for (int i = tid; i < a.local * a.world; i += nt) {
     const int e = i / a.world, s = i % a.world;
-    const int32_t c = got[s] ? reinterpret_cast<const int32_t*>(a.recv + off[s] * 4)[1 + e] : 0;
+    const auto* block = reinterpret_cast<const int32_t*>(a.recv + off[s] * 4);
+    const int32_t c = got[s] ? block[1 + e] : 0;
+    if (e == 0) a.back_first[s] = got[s] ? block[1 + a.local] : 0;
     cnt[i] = c;
     a.cnt[i] = c;
   }
@@ -572,6 +585,42 @@ __global__ void __launch_bounds__(kMoeThreads) layout_combine_pack_kernel(const 
       copy_bytes(dst + i * a.stride, a.y + (e * slab + first + i) * a.y_row_bytes, a.y_row_bytes,
                  p.w_y);
   }
+}
+
+// A direct combine (NOTE [moe direct dispatch]): the rows of each (source s, local expert e) pair
+// go straight into s's area of this parity, at the rows s expects them (s's entries before this
+// rank's experts, then e's place among them); the last block signals every rank once.
+__global__ void __launch_bounds__(kMoeThreads) layout_combine_put_kernel(const LayoutParams p) {
+  const MoeDeviceLayoutArgs& a = p.a;
+  const int64_t slab = a.world * a.max_tokens;
+  // Every block reads the count before the last block moves it (after every block counted).
+  const uint32_t count = *(a.back_peers.signal_pads[a.rank] + (a.back_peers.pad_slots - 1));
+  const int64_t area = static_cast<int64_t>(count & 1u) * a.back_half;
+  for (int64_t b = blockIdx.x; b < static_cast<int64_t>(a.world) * a.local; b += gridDim.x) {
+    const int64_t s = b / a.local, e = b % a.local;
+    const int64_t n = a.cnt[e * a.world + s], first = a.base[e * a.world + s];
+    char* dst = static_cast<char*>(a.back_peers.buffers[s]) + area +
+                (a.back_first[s] + a.pre[s * a.local + e]) * a.stride;
+    for (int64_t i = blockIdx.y; i < n && first + i < slab; i += gridDim.y)
+      copy_bytes(dst + i * a.stride, a.y + (e * slab + first + i) * a.y_row_bytes, a.y_row_bytes,
+                 p.w_y);
+  }
+  if (!last_block_done(a.back_done)) return;
+  if (threadIdx.x == 0) {
+    *(a.back_peers.signal_pads[a.rank] + (a.back_peers.pad_slots - 1)) = count + 1;
+    a.back_parity[0] = static_cast<int32_t>(count & 1u);
+  }
+  const device::Deadline deadline = device::Deadline::of(a.back_peers);
+  for (int r = threadIdx.x; r < a.world; r += blockDim.x)
+    (void)device::put_signal<device::MemOrder::release>(a.back_peers, r, 0, deadline);
+}
+
+// One block: thread s waits for source s's combine signal (acquire; a timeout is recorded).
+__global__ void __launch_bounds__(kRouteThreads)
+    layout_combine_wait_kernel(const MoeDeviceLayoutArgs a) {
+  const device::Deadline deadline = device::Deadline::of(a.back_peers);
+  for (int s = threadIdx.x; s < a.world; s += blockDim.x)
+    (void)device::wait_signal<device::MemOrder::acquire>(a.back_peers, s, 0, deadline);
 }
 
 int64_t grid_of(int64_t n) {
@@ -678,16 +727,40 @@ int launch_moe_layout_wait_place(const MoeDeviceLayoutArgs& a, void* stream) {
   return launch_place_unpack<true>(a, stream);
 }
 
-int launch_moe_layout_combine_pack(const MoeDeviceLayoutArgs& a, void* stream) {
+namespace {
+
+// combine's pack (into this rank's send pack) or put (direct: into the sources' areas, then the
+// wait for every rank's rows).
+template <bool kDirect>
+int launch_combine_pack(const MoeDeviceLayoutArgs& a, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
   LayoutParams p;
   p.a = a;
-  p.w_y = width_of({a.y, a.y_row_bytes, a.send, a.stride, a.y_row_bytes});
+  char* dst = kDirect ? static_cast<char*>(nullptr) : a.send;  // areas: allocation-aligned
+  p.w_y = width_of({a.y, a.y_row_bytes, dst, a.stride, a.y_row_bytes});
   const int64_t pairs = static_cast<int64_t>(a.world) * a.local;
   // About 2048 blocks in all: a pair's rows are many at prefill and few at decode.
   const int64_t per_pair = std::max<int64_t>(1, std::min<int64_t>(2048 / pairs, 64));
   const dim3 grid(static_cast<unsigned>(grid_of(pairs)), static_cast<unsigned>(per_pair));
-  layout_combine_pack_kernel<<<grid, kMoeThreads, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  if (!kDirect) {
+    layout_combine_pack_kernel<<<grid, kMoeThreads, 0, s>>>(p);
+    return static_cast<int>(cudaGetLastError());
+  }
+  layout_combine_put_kernel<<<grid, kMoeThreads, 0, s>>>(p);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return static_cast<int>(e);
+  layout_combine_wait_kernel<<<1, 32, 0, s>>>(a);
   return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace
+
+int launch_moe_layout_combine_pack(const MoeDeviceLayoutArgs& a, void* stream) {
+  return launch_combine_pack<false>(a, stream);
+}
+
+int launch_moe_layout_combine_put(const MoeDeviceLayoutArgs& a, void* stream) {
+  return launch_combine_pack<true>(a, stream);
 }
 
 }  // namespace symmem::cuda
