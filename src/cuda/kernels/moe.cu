@@ -385,9 +385,9 @@ __device__ __forceinline__ char* piece_for(const MoeDeviceLayoutArgs& a, int r, 
 }
 
 // Block 0 writes the count blocks {tokens, entries per local expert, entries before the rank's
-// experts}; each token's block writes
-// its pack into every piece it goes to: header {token, expert ids on that rank or -1, their
-// indices}, row, scales. Into this rank's send pack, or (direct) into the peers' areas.
+// experts}; each token's block writes its pack into every piece it goes to: header {token, expert
+// ids on that rank or -1, their indices}, row, scales. Into this rank's send pack, or (direct)
+// into the peers' areas.
 __device__ __forceinline__ void pack_pieces(const LayoutParams& p, int64_t area) {
   const MoeDeviceLayoutArgs& a = p.a;
   if (blockIdx.x == 0) {
