@@ -436,10 +436,11 @@ void run_device_layout_case(const Case& c) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
 
-  // Two layouts over the same scratch, dispatching back to back without waiting: each dispatch
-  // reuses the area of the one before the last (NOTE [moe direct dispatch] in moe.cpp), so a
-  // rank running ahead must not overwrite what a peer still unpacks.
-  DevBuf d_idx1(idx1.size()), d_recv2(h1.recv.size()), d_recv_scales2(h1.recv_scales.size());
+  // Two layouts over the same scratch, dispatching and combining back to back without waiting:
+  // each call reuses the area of the one before the last (NOTE [moe direct dispatch] in
+  // moe.cpp), so a rank running ahead must not overwrite what a peer still reads.
+  DevBuf d_idx1(idx1.size()), d_recv2(h1.recv.size()), d_recv_scales2(h1.recv_scales.size()),
+      d_out2(h1.out.size());
   d_idx1.upload(idx1.data());
   MoeLayout gl1 = moe_layout(d_idx1.get(), c.idx_dtype, T, c.topk, experts, g, go);
   for (int round = 0; round < 4; ++round) {
@@ -447,10 +448,16 @@ void run_device_layout_case(const Case& c) {
                  fp8 ? d_recv_scales.get<float>() : nullptr, gopt);
     moe_dispatch(gl1, d_x.get(), c.x_dtype, H, fp8 ? d_scales.get<float>() : nullptr, d_recv2.get(),
                  fp8 ? d_recv_scales2.get<float>() : nullptr, gopt);
+    // Combines in a row too (each with the latest dispatch of its layout).
+    moe_combine(gl, d_y.get(), c.y_dtype, H, d_weights.get<float>(), d_out.get(), gopt);
+    moe_combine(gl1, d_y.get(), c.y_dtype, H, d_weights.get<float>(), d_out2.get(), gopt);
+    moe_combine(gl, d_y.get(), c.y_dtype, H, d_weights.get<float>(), d_out.get(), gopt);
   }
   CUDA_OK(cudaStreamSynchronize(s.get()));
   {
     SCOPED_TRACE("back to back, two layouts");
+    EXPECT_BYTES_EQ(d_out.download(), h2.out, "out of the second routing");
+    EXPECT_BYTES_EQ(d_out2.download(), h1.out, "out of the first routing");
     // Rows a routing does not write keep what the earlier runs left: compare the written ones.
     auto written = [&](const HostRun& h, const std::vector<char>& got, const char* what) {
       const size_t row = h.recv.size() / rows;
