@@ -76,7 +76,9 @@
 // B's signal of N + 1, which B sends after its unpack of N (stream order). A put_signal also
 // waits until the peer consumed the previous signal on its slot. A wait that times out (or a
 // group abort) is recorded in the handle's timeout record and raised by the next synchronising
-// call; that source then counts as sending nothing.
+// call; that source then counts as sending nothing. Whether a layout goes direct is agreed when
+// it is made (every rank's backend for the device is cuda and SYMMEM_MOE_DIRECT allows it), so
+// no other backend allocates the direct path's scratch.
 // combine does the same in the "moe_ll_back" scratch: each (source, expert) pair's rows go into
 // the source's area at the rows its slot_row names (the source's count block told the expert
 // rank how many of its entries come before that rank's experts), the last block signals, a
@@ -531,7 +533,16 @@ MoeLayout device_layout(const char* op, const void* topk_idx, DType idx_dtype, s
   } catch (const Error&) {
     refused = std::current_exception();
   }
-  // Agreement: max and -min of what must be equal, and the largest refusing rank (or -1).
+  // A direct dispatch where every rank wants one (NOTE [moe direct dispatch]): the cuda backend
+  // serves the device and SYMMEM_MOE_DIRECT allows it.
+  bool want_direct = false;
+  try {
+    want_direct = !refused && env::moe_direct() && resolve_backend(group, device) == "cuda";
+  } catch (const Error&) {
+    want_direct = false;  // then the exchange, which reports what is wrong
+  }
+  // Agreement: max and -min of what must be equal, the largest refusing rank (or -1), and
+  // whether any rank does not want a direct dispatch.
   const auto mt = static_cast<int64_t>(options.max_tokens);
   std::vector<int64_t> mine{mt,
                             -mt,
@@ -540,7 +551,7 @@ MoeLayout device_layout(const char* op, const void* topk_idx, DType idx_dtype, s
                             num_experts,
                             -static_cast<int64_t>(num_experts),
                             refused ? rank : -1,
-                            env::moe_direct() ? 0 : 1};
+                            want_direct ? 0 : 1};
   std::vector<int64_t> most(mine.size());
   OpOptions cpu;
   cpu.timeout = options.timeout;
@@ -567,7 +578,7 @@ MoeLayout device_layout(const char* op, const void* topk_idx, DType idx_dtype, s
   l->device = device;
   l->topk_dev = topk_idx;
   l->idx64 = idx_dtype == DType::i64;
-  l->direct = most[7] == 0;  // every rank allows it (SYMMEM_MOE_DIRECT)
+  l->direct = most[7] == 0;  // every rank wants it
   const auto W = static_cast<size_t>(world), L = static_cast<size_t>(l->local);
   const auto E = static_cast<size_t>(num_experts), K = static_cast<size_t>(topk);
   const size_t slab = l->max_tokens * W;
