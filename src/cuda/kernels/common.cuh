@@ -146,6 +146,10 @@ SYMMEM_DEVICE_INLINE uint32_t desc_tag(const SyncArgs& s) {
   }
   return static_cast<uint32_t>(h ^ (h >> 32)) & 0x7fffffffu;
 }
+// The flag word {value, tag} (NOTE [barrier flags]).
+SYMMEM_DEVICE_INLINE uint64_t flag_word(uint32_t tag, uint32_t value) {
+  return (static_cast<uint64_t>(tag) << 32) | value;
+}
 // flags[row][from] of rank `owner`'s workspace.
 SYMMEM_DEVICE_INLINE uint64_t* flag_slot(const SyncArgs& s, int owner, int row, int from) {
   return reinterpret_cast<uint64_t*>(peer(s.ctrl, owner) + kCtrlFlagsOffset) +
@@ -179,7 +183,7 @@ SYMMEM_DEVICE_INLINE int barrier_flags(const SyncArgs& s, uint32_t value, dev::D
                                        bool release, bool check_tags) {
   __syncthreads();
   const uint32_t tag = desc_tag(s);
-  const uint64_t word = (static_cast<uint64_t>(tag) << 32) | value;
+  const uint64_t word = flag_word(tag, value);
   for (int p = threadIdx.x; p < s.world; p += blockDim.x) {
     // A release store alone publishes the whole block's writes: __syncthreads() orders them
     // before it and a release is cumulative (its MEMBAR.ALL.SYS drains them). A full

@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kThreads, 2) refuse_kernel(const RefuseArgs a)
     // phase-3 meeting finds this rank there too (NOTE [barrier flags]).
     publish_desc(s, epoch);
     __syncthreads();
-    const uint64_t word = (static_cast<uint64_t>(desc_tag(s)) << 32) | flag_value(epoch, 3);
+    const uint64_t word = flag_word(desc_tag(s), flag_value(epoch, 3));
     for (int i = threadIdx.x; i < kMaxBlocks * world; i += blockDim.x) {
       const int b = i / world, p = i % world;
       if (p == rank) continue;
