@@ -585,8 +585,8 @@ MoeLayout device_layout(const char* op, const void* topk_idx, DType idx_dtype, s
   l->rows = L * slab;
   l->expert_offset.resize(L);
   for (size_t e = 0; e < L; ++e) l->expert_offset[e] = e * slab;
-  // The arrays: int64 first (14 per rank, the last one spare), then int32.
-  const size_t n64 = E + 14 * W + L, n32 = tokens * W + 2 * tokens * K + E + 3 * L * W + 4;
+  // The arrays: int64 first (12 per rank), then int32.
+  const size_t n64 = E + 12 * W + L, n32 = tokens * W + 2 * tokens * K + E + 3 * L * W + 4;
   const size_t bytes = align_to(n64 * 8 + n32 * 4, 16);
   auto d = std::make_shared<DeviceLayout>();
   d->base = api->alloc(op, rank, device.index, bytes);
@@ -614,7 +614,6 @@ MoeLayout device_layout(const char* op, const void* topk_idx, DType idx_dtype, s
   a.c_send_units = take64(W);
   a.c_recv_units = take64(W);
   a.back_first = take64(W);
-  (void)take64(W);
   a.expert_counts = take64(L);
   auto* p32 = reinterpret_cast<int32_t*>(p64);
   auto take32 = [&](size_t n) {
