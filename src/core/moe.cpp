@@ -71,21 +71,21 @@
 // unpack run as through the exchange, reading the pieces where they landed.
 // The parity alternates per dispatch, from a count kept in the last slot of this rank's pad of
 // the scratch (zero when it is allocated, so the ranks agree; any layout's dispatch moves it, as
-// the layouts share the scratch). Why two areas suffice: rank A's dispatch N + 2 reuses the area
-// that peer B's unpack of dispatch N reads; A starts it only after its own place of N + 1 saw
-// B's signal of N + 1, which B sends after its unpack of N (stream order). A put_signal also
-// waits until the peer consumed the previous signal on its slot. A wait that times out (or a
-// group abort) is recorded in the handle's timeout record and raised by the next synchronising
-// call; that source then counts as sending nothing. Whether a layout goes direct is agreed when
-// it is made (every rank's backend for the device is cuda and SYMMEM_MOE_DIRECT allows it), so
-// no other backend allocates the direct path's scratch.
-// combine does the same in the "moe_ll_back" scratch: each (source, expert) pair's rows go into
-// the source's area at the rows its slot_row names (the source's count block told the expert
-// rank how many of its entries come before that rank's experts), the last block signals, a
-// one-block kernel waits, and the sums read the area of this parity (its count and parity are
-// moved by the put kernel's last block, after every block read them). Two areas suffice by the
-// same argument (a rank's combine C + 2 follows its wait for every peer's combine C + 1).
-// SYMMEM_MOE_DIRECT=0 on any rank (agreed when the layout is made), another backend, or a pad
+// the layouts share the scratch): every block of the put kernel reads it when it begins, and the
+// last block moves it on and records the parity for place and unpack. Why two areas suffice: rank
+// A's dispatch N + 2 reuses the area that peer B's unpack of dispatch N reads; A starts it only
+// after its own place of N + 1 saw B's signal of N + 1, which B sends after its unpack of N (stream
+// order). A put_signal also waits until the peer consumed the previous signal on its slot. A wait
+// that times out (or a group abort) is recorded in the handle's timeout record and raised by the
+// next synchronising call; that source then counts as sending nothing. Whether a layout goes direct
+// is agreed when it is made (every rank's backend for the device is cuda and SYMMEM_MOE_DIRECT
+// allows it), so no other backend allocates the direct path's scratch. combine does the same in the
+// "moe_ll_back" scratch: each (source, expert) pair's rows go into the source's area at the rows
+// its slot_row names (the source's count block told the expert rank how many of its entries come
+// before that rank's experts), the last block signals, a one-block kernel waits, and the sums read
+// the area of this parity (counted and recorded as for dispatch, in this scratch's pad). Two areas
+// suffice by the same argument (a rank's combine C + 2 follows its wait for every peer's combine C
+// + 1). SYMMEM_MOE_DIRECT=0 on any rank (agreed when the layout is made), another backend, or a pad
 // under 2 * world slots: the exchange.
 
 #include "symmem/moe.hpp"
@@ -1047,7 +1047,6 @@ void dispatch_device_layout(const MoeLayout::Impl& l, const void* x, const float
   }
   const size_t region = align_up(W * cb + W * l.max_tokens * pack, 256);
   char* send = moe_scratch(l, o, 2 * region, op);
-  a.parity = nullptr;  // through all_to_all_v
   a.send = send;
   a.recv = send + region;
   d.api->layout_route_pack(op, l.rank, l.device.index, a, o.stream);

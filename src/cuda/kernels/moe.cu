@@ -218,10 +218,11 @@ __device__ __forceinline__ int expert_at(const MoeDeviceLayoutArgs& a, int64_t i
   return v >= 0 && v < a.experts ? static_cast<int>(v) : -1;
 }
 
-// Where a direct dispatch keeps its count (NOTE [moe direct dispatch] in src/core/moe.cpp): the
-// last slot of this rank's pad of the "moe_ll" scratch, which its signals (channel 0) never use.
-__device__ __forceinline__ uint32_t* direct_count(const MoeDeviceLayoutArgs& a) {
-  return a.peers.signal_pads[a.rank] + (a.peers.pad_slots - 1);
+// Where a direct dispatch or combine keeps its count of puts (NOTE [moe direct dispatch] in
+// src/core/moe.cpp): the last slot of this rank's pad of its scratch, which its signals (channel
+// 0) never use.
+__device__ __forceinline__ uint32_t* direct_count(const DeviceHandle& h, int rank) {
+  return h.signal_pads[rank] + (h.pad_slots - 1);
 }
 
 // The copy widths of the layout kernels (chosen on the host, like width_of).
@@ -293,13 +294,6 @@ __global__ void __launch_bounds__(kRouteThreads) layout_route_kernel(const MoeDe
   const int64_t n = a.tokens * a.k;
   const int64_t t0 = a.tokens * w / warps, t1 = a.tokens * (w + 1) / warps;
   for (int i = tid; i < warps * (a.experts + a.world); i += nt) route_shared[i] = 0;
-  if (a.parity != nullptr && tid == 0) {
-    // A direct dispatch: this one's area, from the count kept in this rank's pad of the scratch.
-    uint32_t* count = direct_count(a);
-    const uint32_t c = *count;
-    *count = c + 1;
-    a.parity[0] = static_cast<int32_t>(c & 1u);
-  }
   __syncthreads();
   for (int64_t i = t0 * a.k + lane; i < t1 * a.k; i += 32) {
     const int e = expert_at(a, i);
@@ -391,16 +385,16 @@ RouteShape route_shape(const MoeDeviceLayoutArgs& a) {
 }
 
 // The start of piece r: in this rank's send pack, or (direct) this rank's piece in r's area.
-__device__ __forceinline__ char* piece_for(const MoeDeviceLayoutArgs& a, int r, int64_t area) {
-  return a.parity == nullptr ? a.send + a.send_off[r] * 4
-                             : static_cast<char*>(a.peers.buffers[r]) + area;
+__device__ __forceinline__ char* piece_for(const MoeDeviceLayoutArgs& a, int r, bool direct,
+                                           int64_t area) {
+  return direct ? static_cast<char*>(a.peers.buffers[r]) + area : a.send + a.send_off[r] * 4;
 }
 
 // Block 0 writes the count blocks {tokens, entries per local expert, entries before the rank's
 // experts}; each token's block writes its pack into every piece it goes to: header {token, expert
 // ids on that rank or -1, their indices}, row, scales. Into this rank's send pack, or (direct)
 // into the peers' areas.
-__device__ __forceinline__ void pack_pieces(const LayoutParams& p, int64_t area) {
+__device__ __forceinline__ void pack_pieces(const LayoutParams& p, bool direct, int64_t area) {
   const MoeDeviceLayoutArgs& a = p.a;
   if (blockIdx.x == 0) {
     const int64_t n = a.local + 2;
@@ -410,14 +404,14 @@ __device__ __forceinline__ void pack_pieces(const LayoutParams& p, int64_t area)
       int32_t v = static_cast<int32_t>(a.ebase[r * a.local]);  // entries before r's experts
       if (e == 0) v = static_cast<int32_t>(a.tok_count[r]);
       if (e > 0 && e <= a.local) v = a.hist[r * a.local + e - 1];
-      reinterpret_cast<int32_t*>(piece_for(a, r, area))[e] = v;
+      reinterpret_cast<int32_t*>(piece_for(a, r, direct, area))[e] = v;
     }
   }
   for (int64_t t = blockIdx.x; t < a.tokens; t += gridDim.x) {
     for (int r = 0; r < a.world; ++r) {
       const int32_t pos = a.dest_pos[t * a.world + r];
       if (pos < 0) continue;
-      char* dst = piece_for(a, r, area) + a.cb + static_cast<int64_t>(pos) * a.pack;
+      char* dst = piece_for(a, r, direct, area) + a.cb + static_cast<int64_t>(pos) * a.pack;
       auto* h = reinterpret_cast<int32_t*>(dst);
       for (int j = threadIdx.x; j <= 2 * a.k; j += blockDim.x) {
         int32_t v = static_cast<int32_t>(t);
@@ -438,7 +432,7 @@ __device__ __forceinline__ void pack_pieces(const LayoutParams& p, int64_t area)
 }
 
 __global__ void __launch_bounds__(kMoeThreads) layout_pack_kernel(const LayoutParams p) {
-  pack_pieces(p, 0);
+  pack_pieces(p, false, 0);
 }
 
 // The last block of a grid to get here (a grid-wide count in *done, reset by that block; each
@@ -459,19 +453,31 @@ __device__ __forceinline__ bool last_block_done(int32_t* done) {
   return last != 0;
 }
 
-// A direct dispatch's put (NOTE [moe direct dispatch]): the pieces go straight into this rank's
-// piece of every peer's area of this parity; the last block to finish (a grid-wide count, each
-// block's stores fenced at system scope before it counts) signals every peer on channel 0 with
+// The end of a direct put kernel (dispatch or combine; all threads call it), which read `count`
+// (direct_count) when it began: the last block to finish (a grid-wide count, each block's stores
+// fenced at system scope before it counts) moves the count on, after every block read it, records
+// the parity of this put for the kernels after it, and signals every rank on channel 0 with
 // release order. A signal waits until the peer consumed the previous one (the device API's
-// put_signal): a peer at most one dispatch behind.
+// put_signal): a peer at most one put behind. A timeout is recorded for the host.
+__device__ __forceinline__ void finish_put(const DeviceHandle& h, int rank, int world,
+                                           uint32_t count, int32_t* done, int32_t* parity) {
+  if (!last_block_done(done)) return;
+  if (threadIdx.x == 0) {
+    *direct_count(h, rank) = count + 1;
+    *parity = static_cast<int32_t>(count & 1u);
+  }
+  const device::Deadline deadline = device::Deadline::of(h);
+  for (int r = threadIdx.x; r < world; r += blockDim.x)
+    (void)device::put_signal<device::MemOrder::release>(h, r, 0, deadline);
+}
+
+// A direct dispatch's put (NOTE [moe direct dispatch]): the pieces go straight into this rank's
+// piece of every peer's area of this parity, then finish_put.
 __global__ void __launch_bounds__(kMoeThreads) layout_put_kernel(const LayoutParams p) {
   const MoeDeviceLayoutArgs& a = p.a;
-  pack_pieces(p, a.parity[0] * a.half + a.rank * a.piece);
-  if (!last_block_done(a.done)) return;
-  const device::Deadline deadline = device::Deadline::of(a.peers);
-  for (int r = threadIdx.x; r < a.world; r += blockDim.x)
-    (void)device::put_signal<device::MemOrder::release>(a.peers, r, 0,
-                                                        deadline);  // a timeout is recorded
+  const uint32_t count = *direct_count(a.peers, a.rank);
+  pack_pieces(p, true, static_cast<int64_t>(count & 1u) * a.half + a.rank * a.piece);
+  finish_put(a.peers, a.rank, a.world, count, a.done, a.parity);
 }
 
 // One block, after the exchange: tokens per source, rows per (local expert, source) and where
@@ -601,12 +607,11 @@ __global__ void __launch_bounds__(kMoeThreads) layout_combine_pack_kernel(const 
 
 // A direct combine (NOTE [moe direct dispatch]): the rows of each (source s, local expert e) pair
 // go straight into s's area of this parity, at the rows s expects them (s's entries before this
-// rank's experts, then e's place among them); the last block signals every rank once.
+// rank's experts, then e's place among them), then finish_put.
 __global__ void __launch_bounds__(kMoeThreads) layout_combine_put_kernel(const LayoutParams p) {
   const MoeDeviceLayoutArgs& a = p.a;
   const int64_t slab = a.world * a.max_tokens;
-  // Every block reads the count before the last block moves it (after every block counted).
-  const uint32_t count = *(a.back_peers.signal_pads[a.rank] + (a.back_peers.pad_slots - 1));
+  const uint32_t count = *direct_count(a.back_peers, a.rank);
   const int64_t area = static_cast<int64_t>(count & 1u) * a.back_half;
   for (int64_t b = blockIdx.x; b < static_cast<int64_t>(a.world) * a.local; b += gridDim.x) {
     const int64_t s = b / a.local, e = b % a.local;
@@ -617,14 +622,7 @@ __global__ void __launch_bounds__(kMoeThreads) layout_combine_put_kernel(const L
       copy_bytes(dst + i * a.stride, a.y + (e * slab + first + i) * a.y_row_bytes, a.y_row_bytes,
                  p.w_y);
   }
-  if (!last_block_done(a.back_done)) return;
-  if (threadIdx.x == 0) {
-    *(a.back_peers.signal_pads[a.rank] + (a.back_peers.pad_slots - 1)) = count + 1;
-    a.back_parity[0] = static_cast<int32_t>(count & 1u);
-  }
-  const device::Deadline deadline = device::Deadline::of(a.back_peers);
-  for (int r = threadIdx.x; r < a.world; r += blockDim.x)
-    (void)device::put_signal<device::MemOrder::release>(a.back_peers, r, 0, deadline);
+  finish_put(a.back_peers, a.rank, a.world, count, a.back_done, a.back_parity);
 }
 
 // One block: thread s waits for source s's combine signal (acquire; a timeout is recorded).
