@@ -1000,12 +1000,13 @@ void combine_gpu(const MoeLayout::Impl& l, const void* y, DType dtype, size_t hi
   if (hidden > 0) g.api->combine(op, l.rank, l.device.index, c, o.stream);
 }
 
-// Whether a direct dispatch or combine can use scratch `s` (NOTE [moe direct dispatch]): the
-// same answer on every rank (one backend, one host). Then `h` is its device handle, with the
-// op's timeout.
+// Whether a direct dispatch or combine can use scratch `s` of a layout that goes direct (its
+// backend, cuda, was agreed when the layout was made; NOTE [moe direct dispatch]): the same
+// answer on every rank (one backend, one host). Then `h` is its device handle, with the op's
+// timeout.
 bool direct_handle(const SymmetricMemory& s, const OpOptions& o, DeviceHandle& h) {
   const auto world = static_cast<size_t>(s.world_size());
-  bool reachable = s.backend() == "cuda" && s.signal_pad_bytes() / 4 >= 2 * world;
+  bool reachable = s.signal_pad_bytes() / 4 >= 2 * world;
   for (int p = 0; p < s.world_size() && reachable; ++p) reachable = s.direct_access(p);
   if (!reachable) return false;
   h = s.device_handle();
