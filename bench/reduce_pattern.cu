@@ -1,0 +1,310 @@
+// The memory traffic of the GPU two-shot all-reduce without its synchronisation, in one process:
+// what the reduce-and-push phase of N ranks costs when nothing else does (no barriers, no MPS,
+// no arrival skew), and what limits it under Nsight Compute (kernel replay works here, where the
+// real collective's cross-process waits cannot be replayed).
+//
+// N "ranks" are N pairs of buffers (in[r], out[r], `bytes` each) on this GPU. One kernel launch
+// runs every rank's share at once: grid (blocks per rank, N), block (b, r) doing what block b of
+// rank r does between the two-shot's barriers, with the same device code (src/cuda/kernels/
+// reduce.cu's reduce_range, included here). Variants, each timed with CUDA events (median of
+// --repeats runs of --iters launches):
+//   copy:        rank r copies in[r] to out[r] through the same loop (one input, one output):
+//                the bytes of the all-reduce (read N x bytes, write N x bytes) as a plain copy;
+//   two_shot:    rank r reduces shard r of every in[p] and stores it into every out[p]
+//                (read N x bytes, write N x bytes): the real kernel's middle phase;
+//   reduce_only: the same reduction, stored only into out[r] (read N x bytes, write bytes);
+//   push_only:   rank r reads shard r of in[r] and stores it into every out[p] (read bytes,
+//                write N x bytes).
+// Rows (JSON, one per line): variant, world, bytes, blocks (per rank), us, bytes moved, TB/s, and
+// for two_shot its share of copy's rate. two_shot's output is checked (every in[p] holds p + 1,
+// so every element of every out must be N (N + 1) / 2): exit status 1 when it is not.
+//
+// usage: reduce_pattern [--worlds 2,4] [--sizes B,...] [--blocks-per-sm 1,2] [--variants ...]
+//                       [--iters 20] [--repeats 5]
+// Under ncu, profile one launch of one variant, e.g.
+//   ncu --kernel-name regex:pattern --launch-skip 3 --launch-count 1 --section SpeedOfLight
+//       --section MemoryWorkloadAnalysis --section WarpStateStats
+//       reduce_pattern --worlds 4 --sizes 67108864 --variants two_shot --iters 5 --repeats 1
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cuda/kernels/reduce.cu"  // reduce_range and share (anonymous namespace there)
+
+namespace {
+
+namespace K = symmem::cuda::kernels;
+
+#define PATTERN_CUDA(call)                                                    \
+  do {                                                                        \
+    cudaError_t e_ = (call);                                                  \
+    if (e_ != cudaSuccess) {                                                  \
+      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_)); \
+      std::exit(2);                                                           \
+    }                                                                         \
+  } while (0)
+
+enum class Variant : int { copy = 0, two_shot = 1, reduce_only = 2, push_only = 3 };
+const char* const kVariantNames[] = {"copy", "two_shot", "reduce_only", "push_only"};
+
+struct PatternArgs {
+  K::PeerPtrs in, out;
+  int64_t count = 0;  // bf16 elements per buffer
+};
+
+constexpr K::KType kType = K::KType::bf16;
+
+// Block (b, r): rank r's block b of the variant.
+template <int kN, Variant kV>
+__global__ void __launch_bounds__(K::kThreads, 2) pattern_kernel(const PatternArgs a) {
+  constexpr int64_t kPer = 8;  // bf16 per 16-byte unit
+  const int r = static_cast<int>(blockIdx.y);
+  const int64_t G = gridDim.x, b = blockIdx.x;
+  const int64_t units = (a.count + kPer - 1) / kPer;
+  auto no_elem = [](int64_t, float) {};  // counts here are whole units
+  if constexpr (kV == Variant::copy || kV == Variant::push_only) {
+    K::PeerPtrs one;
+    one.inl[0] = K::peer(a.in, r);
+    const K::Range range = kV == Variant::copy ? K::share(units, 1, 0, G, b)
+                                               : K::share(units, kN, r, G, b);
+    auto emit = [&](int64_t u, uint4 y) {
+      if constexpr (kV == Variant::copy) {
+        K::dev::st_v4(K::peer(a.out, r) + u * 16, y);
+      } else {
+#pragma unroll
+        for (int p = 0; p < kN; ++p) K::dev::st_v4(K::peer(a.out, p) + u * 16, y);
+      }
+    };
+    K::reduce_range<kType, 1>(one, 1, 0, K::KRed::sum, range, a.count, emit, no_elem);
+  } else {
+    auto emit = [&](int64_t u, uint4 y) {
+      if constexpr (kV == Variant::two_shot) {
+#pragma unroll
+        for (int p = 0; p < kN; ++p) K::dev::st_v4(K::peer(a.out, p) + u * 16, y);
+      } else {
+        K::dev::st_v4(K::peer(a.out, r) + u * 16, y);
+      }
+    };
+    K::reduce_range<kType, kN>(a.in, kN, 0, K::KRed::sum, K::share(units, kN, r, G, b), a.count,
+                               emit, no_elem);
+  }
+}
+
+__global__ void fill_kernel(__nv_bfloat16* p, int64_t n, float v) {
+  const __nv_bfloat16 x = __float2bfloat16(v);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    p[i] = x;
+}
+
+// Elements of out that differ from `want` (counted on the device).
+__global__ void count_bad_kernel(const __nv_bfloat16* p, int64_t n, float want,
+                                 unsigned long long* bad) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    if (__bfloat162float(p[i]) != want) atomicAdd(bad, 1ull);
+}
+
+template <int kN>
+void launch(Variant v, const PatternArgs& a, int blocks, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>(blocks), kN);
+  switch (v) {
+    case Variant::copy:
+      pattern_kernel<kN, Variant::copy><<<grid, K::kThreads, 0, s>>>(a);
+      break;
+    case Variant::two_shot:
+      pattern_kernel<kN, Variant::two_shot><<<grid, K::kThreads, 0, s>>>(a);
+      break;
+    case Variant::reduce_only:
+      pattern_kernel<kN, Variant::reduce_only><<<grid, K::kThreads, 0, s>>>(a);
+      break;
+    case Variant::push_only:
+      pattern_kernel<kN, Variant::push_only><<<grid, K::kThreads, 0, s>>>(a);
+      break;
+  }
+}
+
+void launch_world(int world, Variant v, const PatternArgs& a, int blocks, cudaStream_t s) {
+  switch (world) {
+    case 2:
+      launch<2>(v, a, blocks, s);
+      break;
+    case 4:
+      launch<4>(v, a, blocks, s);
+      break;
+    case 8:
+      launch<8>(v, a, blocks, s);
+      break;
+    default:
+      std::fprintf(stderr, "reduce_pattern: --worlds takes 2, 4 or 8 (got %d)\n", world);
+      std::exit(2);
+  }
+  PATTERN_CUDA(cudaGetLastError());
+}
+
+// Bytes a variant reads plus writes, over all ranks.
+double moved(Variant v, int world, double bytes) {
+  switch (v) {
+    case Variant::copy:
+    case Variant::two_shot:
+      return 2.0 * world * bytes;
+    case Variant::reduce_only:
+      return (world + 1.0) * bytes;
+    case Variant::push_only:
+      return (1.0 + world) * bytes;
+  }
+  return 0;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+std::vector<long long> numbers(const char* flag, const std::string& s) {
+  std::vector<long long> out;
+  for (const std::string& x : split(s)) {
+    char* end = nullptr;
+    const long long v = std::strtoll(x.c_str(), &end, 10);
+    if (end == x.c_str() || *end != '\0' || v <= 0) {
+      std::fprintf(stderr, "reduce_pattern: %s takes positive integers (got '%s')\n", flag,
+                   x.c_str());
+      std::exit(2);
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<long long> worlds = {2, 4}, sizes = {1 << 20, 16 << 20, 64 << 20}, per_sm = {1};
+  std::vector<Variant> variants = {Variant::copy, Variant::two_shot, Variant::reduce_only,
+                                   Variant::push_only};
+  int iters = 20, repeats = 5;
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "reduce_pattern: %s needs a value\n", f.c_str());
+      return 2;
+    }
+    const std::string v = argv[++i];
+    if (f == "--worlds") {
+      worlds = numbers("--worlds", v);
+    } else if (f == "--sizes") {
+      sizes = numbers("--sizes", v);
+    } else if (f == "--blocks-per-sm") {
+      per_sm = numbers("--blocks-per-sm", v);
+    } else if (f == "--iters") {
+      iters = static_cast<int>(numbers("--iters", v).at(0));
+    } else if (f == "--repeats") {
+      repeats = static_cast<int>(numbers("--repeats", v).at(0));
+    } else if (f == "--variants") {
+      variants.clear();
+      for (const std::string& name : split(v)) {
+        const auto* it = std::find_if(std::begin(kVariantNames), std::end(kVariantNames),
+                                      [&](const char* n) { return name == n; });
+        if (it == std::end(kVariantNames)) {
+          std::fprintf(stderr, "reduce_pattern: unknown variant '%s'\n", name.c_str());
+          return 2;
+        }
+        variants.push_back(static_cast<Variant>(it - std::begin(kVariantNames)));
+      }
+    } else {
+      std::fprintf(stderr, "reduce_pattern: unknown flag %s\n", f.c_str());
+      return 2;
+    }
+  }
+  int sms = 0;
+  PATTERN_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  cudaStream_t s = nullptr;
+  PATTERN_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  PATTERN_CUDA(cudaEventCreate(&e0));
+  PATTERN_CUDA(cudaEventCreate(&e1));
+  unsigned long long* bad = nullptr;
+  PATTERN_CUDA(cudaMalloc(&bad, sizeof(*bad)));
+  int failed = 0;
+  for (const long long world : worlds) {
+    for (const long long bytes : sizes) {
+      const int64_t count = bytes / 2 / 8 * 8;  // whole 16-byte units
+      std::vector<char*> in(world), out(world);
+      PatternArgs a;
+      a.count = count;
+      for (int p = 0; p < world; ++p) {
+        PATTERN_CUDA(cudaMalloc(&in[p], count * 2));
+        PATTERN_CUDA(cudaMalloc(&out[p], count * 2));
+        fill_kernel<<<1024, 256, 0, s>>>(reinterpret_cast<__nv_bfloat16*>(in[p]), count,
+                                         static_cast<float>(p + 1));
+        a.in.inl[p] = in[p];
+        a.out.inl[p] = out[p];
+      }
+      double copy_tbs = 0;
+      for (const long long bps : per_sm) {
+        // As the collective launches it: the ranks sharing this GPU share its SMs.
+        const int blocks =
+            static_cast<int>(std::clamp<long long>(sms * bps / world, 1, K::kMaxBlocks));
+        for (const Variant v : variants) {
+          for (int w = 0; w < 3; ++w) launch_world(static_cast<int>(world), v, a, blocks, s);
+          std::vector<float> us;
+          for (int r = 0; r < repeats; ++r) {
+            PATTERN_CUDA(cudaEventRecord(e0, s));
+            for (int it = 0; it < iters; ++it)
+              launch_world(static_cast<int>(world), v, a, blocks, s);
+            PATTERN_CUDA(cudaEventRecord(e1, s));
+            PATTERN_CUDA(cudaEventSynchronize(e1));
+            float ms = 0;
+            PATTERN_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+            us.push_back(ms * 1000.0f / static_cast<float>(iters));
+          }
+          std::sort(us.begin(), us.end());
+          const double t = us[us.size() / 2];
+          const double m = moved(v, static_cast<int>(world), static_cast<double>(count) * 2);
+          const double tbs = m / (t * 1e-6) / 1e12;
+          if (v == Variant::copy) copy_tbs = tbs;
+          bool ok = true;
+          if (v == Variant::two_shot) {
+            const float want = static_cast<float>(world * (world + 1) / 2);
+            for (int p = 0; p < world; ++p) {
+              PATTERN_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
+              count_bad_kernel<<<1024, 256, 0, s>>>(reinterpret_cast<__nv_bfloat16*>(out[p]),
+                                                    count, want, bad);
+              unsigned long long n = 0;
+              PATTERN_CUDA(cudaMemcpyAsync(&n, bad, sizeof(n), cudaMemcpyDeviceToHost, s));
+              PATTERN_CUDA(cudaStreamSynchronize(s));
+              ok = ok && n == 0;
+            }
+            failed += ok ? 0 : 1;
+          }
+          std::printf(
+              "{\"variant\":\"%s\",\"world\":%lld,\"bytes\":%lld,\"blocks_per_sm\":%lld,"
+              "\"blocks\":%d,\"us\":%.2f,\"moved_bytes\":%.0f,\"tbs\":%.3f",
+              kVariantNames[static_cast<int>(v)], world, bytes, bps, blocks, t, m, tbs);
+          if (v == Variant::two_shot && copy_tbs > 0)
+            std::printf(",\"of_copy\":%.3f", tbs / copy_tbs);
+          if (v == Variant::two_shot) std::printf(",\"correct\":%s", ok ? "true" : "false");
+          std::printf("}\n");
+          std::fflush(stdout);
+        }
+      }
+      for (int p = 0; p < world; ++p) {
+        PATTERN_CUDA(cudaFree(in[p]));
+        PATTERN_CUDA(cudaFree(out[p]));
+      }
+    }
+  }
+  PATTERN_CUDA(cudaFree(bad));
+  return failed == 0 ? 0 : 1;
+}
