@@ -14,10 +14,14 @@
 //                (read N x bytes, write N x bytes): the real kernel's middle phase;
 //   reduce_only: the same reduction, stored only into out[r] (read N x bytes, write bytes);
 //   push_only:   rank r reads shard r of in[r] and stores it into every out[p] (read bytes,
-//                write N x bytes).
+//                write N x bytes);
+//   two_shot_u1, two_shot_u4: two_shot with 1 or 4 units per thread per step (the kernel's
+//                choice is 2 for N <= 4, 1 for N = 8: kUnitsInFlight in reduce.cu);
+//   two_shot_cs: two_shot with streaming stores (st.global.cs: evict first).
 // Rows (JSON, one per line): variant, world, bytes, blocks (per rank), us, bytes moved, TB/s, and
-// for two_shot its share of copy's rate. two_shot's output is checked (every in[p] holds p + 1,
-// so every element of every out must be N (N + 1) / 2): exit status 1 when it is not.
+// for the two_shot variants their share of copy's rate. Their output is checked (out zeroed, one
+// launch; every in[p] holds p + 1, so every element of every out must be N (N + 1) / 2): exit
+// status 1 when it is not.
 //
 // usage: reduce_pattern [--worlds 2,4] [--sizes B,...] [--blocks-per-sm 1,2] [--variants ...]
 //                       [--iters 20] [--repeats 5]
@@ -50,8 +54,27 @@ namespace K = symmem::cuda::kernels;
     }                                                                         \
   } while (0)
 
-enum class Variant : int { copy = 0, two_shot = 1, reduce_only = 2, push_only = 3 };
-const char* const kVariantNames[] = {"copy", "two_shot", "reduce_only", "push_only"};
+enum class Variant : int {
+  copy = 0,
+  two_shot = 1,
+  reduce_only = 2,
+  push_only = 3,
+  two_shot_u1 = 4,
+  two_shot_u4 = 5,
+  two_shot_cs = 6
+};
+const char* const kVariantNames[] = {"copy",        "two_shot",    "reduce_only", "push_only",
+                                     "two_shot_u1", "two_shot_u4", "two_shot_cs"};
+constexpr bool is_two_shot(Variant v) {
+  return v == Variant::two_shot || v == Variant::two_shot_u1 || v == Variant::two_shot_u4 ||
+         v == Variant::two_shot_cs;
+}
+
+__device__ __forceinline__ void st_v4_cs(void* addr, uint4 v) {
+  asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(addr), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
 
 struct PatternArgs {
   K::PeerPtrs in, out;
@@ -71,8 +94,8 @@ __global__ void __launch_bounds__(K::kThreads, 2) pattern_kernel(const PatternAr
   if constexpr (kV == Variant::copy || kV == Variant::push_only) {
     K::PeerPtrs one;
     one.inl[0] = K::peer(a.in, r);
-    const K::Range range = kV == Variant::copy ? K::share(units, 1, 0, G, b)
-                                               : K::share(units, kN, r, G, b);
+    const K::Range range =
+        kV == Variant::copy ? K::share(units, 1, 0, G, b) : K::share(units, kN, r, G, b);
     auto emit = [&](int64_t u, uint4 y) {
       if constexpr (kV == Variant::copy) {
         K::dev::st_v4(K::peer(a.out, r) + u * 16, y);
@@ -84,15 +107,21 @@ __global__ void __launch_bounds__(K::kThreads, 2) pattern_kernel(const PatternAr
     K::reduce_range<kType, 1>(one, 1, 0, K::KRed::sum, range, a.count, emit, no_elem);
   } else {
     auto emit = [&](int64_t u, uint4 y) {
-      if constexpr (kV == Variant::two_shot) {
+      if constexpr (kV == Variant::reduce_only) {
+        K::dev::st_v4(K::peer(a.out, r) + u * 16, y);
+      } else if constexpr (kV == Variant::two_shot_cs) {
+#pragma unroll
+        for (int p = 0; p < kN; ++p) st_v4_cs(K::peer(a.out, p) + u * 16, y);
+      } else {
 #pragma unroll
         for (int p = 0; p < kN; ++p) K::dev::st_v4(K::peer(a.out, p) + u * 16, y);
-      } else {
-        K::dev::st_v4(K::peer(a.out, r) + u * 16, y);
       }
     };
-    K::reduce_range<kType, kN>(a.in, kN, 0, K::KRed::sum, K::share(units, kN, r, G, b), a.count,
-                               emit, no_elem);
+    constexpr int kU = kV == Variant::two_shot_u1   ? 1
+                       : kV == Variant::two_shot_u4 ? 4
+                                                    : K::kUnitsInFlight<kN>;
+    K::reduce_range<kType, kN, kU>(a.in, kN, 0, K::KRed::sum, K::share(units, kN, r, G, b), a.count,
+                                   emit, no_elem);
   }
 }
 
@@ -127,6 +156,15 @@ void launch(Variant v, const PatternArgs& a, int blocks, cudaStream_t s) {
     case Variant::push_only:
       pattern_kernel<kN, Variant::push_only><<<grid, K::kThreads, 0, s>>>(a);
       break;
+    case Variant::two_shot_u1:
+      pattern_kernel<kN, Variant::two_shot_u1><<<grid, K::kThreads, 0, s>>>(a);
+      break;
+    case Variant::two_shot_u4:
+      pattern_kernel<kN, Variant::two_shot_u4><<<grid, K::kThreads, 0, s>>>(a);
+      break;
+    case Variant::two_shot_cs:
+      pattern_kernel<kN, Variant::two_shot_cs><<<grid, K::kThreads, 0, s>>>(a);
+      break;
   }
 }
 
@@ -153,6 +191,9 @@ double moved(Variant v, int world, double bytes) {
   switch (v) {
     case Variant::copy:
     case Variant::two_shot:
+    case Variant::two_shot_u1:
+    case Variant::two_shot_u4:
+    case Variant::two_shot_cs:
       return 2.0 * world * bytes;
     case Variant::reduce_only:
       return (world + 1.0) * bytes;
@@ -191,8 +232,9 @@ std::vector<long long> numbers(const char* flag, const std::string& s) {
 
 int main(int argc, char** argv) {
   std::vector<long long> worlds = {2, 4}, sizes = {1 << 20, 16 << 20, 64 << 20}, per_sm = {1};
-  std::vector<Variant> variants = {Variant::copy, Variant::two_shot, Variant::reduce_only,
-                                   Variant::push_only};
+  std::vector<Variant> variants = {Variant::copy,       Variant::two_shot,    Variant::reduce_only,
+                                   Variant::push_only,  Variant::two_shot_u1, Variant::two_shot_u4,
+                                   Variant::two_shot_cs};
   int iters = 20, repeats = 5;
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
@@ -275,12 +317,14 @@ int main(int argc, char** argv) {
           const double tbs = m / (t * 1e-6) / 1e12;
           if (v == Variant::copy) copy_tbs = tbs;
           bool ok = true;
-          if (v == Variant::two_shot) {
+          if (is_two_shot(v)) {
+            for (int p = 0; p < world; ++p) PATTERN_CUDA(cudaMemsetAsync(out[p], 0, count * 2, s));
+            launch_world(static_cast<int>(world), v, a, blocks, s);
             const float want = static_cast<float>(world * (world + 1) / 2);
             for (int p = 0; p < world; ++p) {
               PATTERN_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
-              count_bad_kernel<<<1024, 256, 0, s>>>(reinterpret_cast<__nv_bfloat16*>(out[p]),
-                                                    count, want, bad);
+              count_bad_kernel<<<1024, 256, 0, s>>>(reinterpret_cast<__nv_bfloat16*>(out[p]), count,
+                                                    want, bad);
               unsigned long long n = 0;
               PATTERN_CUDA(cudaMemcpyAsync(&n, bad, sizeof(n), cudaMemcpyDeviceToHost, s));
               PATTERN_CUDA(cudaStreamSynchronize(s));
@@ -292,9 +336,8 @@ int main(int argc, char** argv) {
               "{\"variant\":\"%s\",\"world\":%lld,\"bytes\":%lld,\"blocks_per_sm\":%lld,"
               "\"blocks\":%d,\"us\":%.2f,\"moved_bytes\":%.0f,\"tbs\":%.3f",
               kVariantNames[static_cast<int>(v)], world, bytes, bps, blocks, t, m, tbs);
-          if (v == Variant::two_shot && copy_tbs > 0)
-            std::printf(",\"of_copy\":%.3f", tbs / copy_tbs);
-          if (v == Variant::two_shot) std::printf(",\"correct\":%s", ok ? "true" : "false");
+          if (is_two_shot(v) && copy_tbs > 0) std::printf(",\"of_copy\":%.3f", tbs / copy_tbs);
+          if (is_two_shot(v)) std::printf(",\"correct\":%s", ok ? "true" : "false");
           std::printf("}\n");
           std::fflush(stdout);
         }

@@ -43,16 +43,20 @@ SYMMEM_DEVICE_INLINE void copy_units(char* dst, const char* src, Range r, int64_
   if (lo < hi) copy_bytes(dst + lo, src + lo, hi - lo, threadIdx.x, blockDim.x);
 }
 
-// Reduces full units [lo, hi) (offset `base` bytes into every in[p]); `emit(u, y)` stores.
-template <KType K, int kW, class Emit>
+// Units per thread per step of reduce_full_units: kU x kW 16-byte loads in flight (>= 4), within
+// 64 registers (launch bounds 512 x 2) without spills on sm_90.
+template <int kW>
+inline constexpr int kUnitsInFlight = kW <= 4 ? 2 : 1;
+
+// Reduces full units [lo, hi) (offset `base` bytes into every in[p]); `emit(u, y)` stores. kU:
+// units per thread per step (bench/reduce_pattern.cu measures others).
+template <KType K, int kW, int kU = kUnitsInFlight<kW>, class Emit>
 SYMMEM_DEVICE_INLINE void reduce_full_units(const PeerPtrs& in, int world, int64_t base, KRed red,
                                             int64_t lo, int64_t hi, Emit emit) {
   using V16 = Vec<K, 16>;
   if constexpr (kW > 0) {
-    // Units per thread per step: kU x kW 16-byte loads in flight (>= 4), within 64 registers
-    // (launch bounds 512 x 2) without spills on sm_90. Each warp takes 32 x kU consecutive units
-    // per step (kU x 512 contiguous bytes of every peer's buffer).
-    constexpr int kU = kW <= 4 ? 2 : 1;
+    // Each warp takes 32 x kU consecutive units per step (kU x 512 contiguous bytes of every
+    // peer's buffer).
     const int64_t lane = threadIdx.x & 31;
     const int64_t step = static_cast<int64_t>(blockDim.x) * kU;
     for (int64_t u0 = lo + (threadIdx.x >> 5) * 32 * kU + lane; u0 < hi; u0 += step) {
@@ -94,13 +98,13 @@ SYMMEM_DEVICE_INLINE void reduce_full_units(const PeerPtrs& in, int world, int64
 
 // Reduces units [r.lo, r.hi) of a range of `count` elements: full units vectorised, the partial
 // last unit element by element. emit(u, y) for full units, emit_elem(byte_offset, f) for the rest.
-template <KType K, int kW, class Emit, class EmitElem>
+template <KType K, int kW, int kU = kUnitsInFlight<kW>, class Emit, class EmitElem>
 SYMMEM_DEVICE_INLINE void reduce_range(const PeerPtrs& in, int world, int64_t base, KRed red,
                                        Range r, int64_t count, Emit emit, EmitElem emit_elem) {
   constexpr int64_t es = sizeof(typename Elem<K>::T);
   constexpr int64_t kV = 16 / es;
   const int64_t full = count / kV;
-  reduce_full_units<K, kW>(in, world, base, red, r.lo, r.hi < full ? r.hi : full, emit);
+  reduce_full_units<K, kW, kU>(in, world, base, red, r.lo, r.hi < full ? r.hi : full, emit);
   if (count % kV != 0 && r.lo <= full && full < r.hi) {
     const int64_t e = full * kV + threadIdx.x;
     if (e < count) emit_elem(e * es, reduce_scalar<K>(in, world, base + e * es, red));
