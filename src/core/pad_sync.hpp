@@ -18,10 +18,11 @@
 //                              raised. (Dekker pattern: both sides use seq_cst.)
 // Channels below those are free for users of the workspace (none today).
 //
-// Waits spin (with pause) for a short while, then yield, then sleep on the futex of the slot
-// with a bounded slice; every wait has a deadline and its Timeout error names the op, this rank,
-// the awaited rank and the channel. A sleeping wait logs the ranks it still waits for every
-// SYMMEM_WAIT_REPORT_S seconds (NOTE [wait reports] in core/wait_report.hpp).
+// Waits spin (with pause) for a short while (20 us, or symmem-tune's "wait.spin_us"), then
+// yield, then sleep on the futex of the slot with a bounded slice; every wait has a deadline and
+// its Timeout error names the op, this rank, the awaited rank and the channel. A sleeping wait logs
+// the ranks it still waits for every SYMMEM_WAIT_REPORT_S seconds (NOTE [wait reports] in
+// core/wait_report.hpp).
 //
 // Workspace layout (bytes from the start of each rank's workspace buffer):
 //   [0, desc_region)     two agreement descriptors (op sequence parity 0 and 1), written by
@@ -47,6 +48,7 @@
 #include "core/abort.hpp"
 #include "core/memory_impl.hpp"
 #include "core/trace.hpp"
+#include "core/tuning.hpp"
 #include "core/wait_report.hpp"
 #include "symmem/backend.hpp"
 #include "symmem/error.hpp"
@@ -122,6 +124,7 @@ class PadSync {
     abort_ = abort_state(ws.group());  // NOTE [group abort]
     static const int cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
     oversubscribed_ = world_ > cpus;
+    spin_ = spin_time(world_);
   }
 
   PadSync(const PadSync&) = delete;  // pads_ may point into own_pads_
@@ -194,7 +197,7 @@ class PadSync {
     std::atomic<bool>& peer_here = peer_shares_cpu();
     const auto t0 = SyncClock::now();
     const bool spin = !oversubscribed_ && !peer_here.load(std::memory_order_relaxed);
-    while (spin && SyncClock::now() - t0 < kSpinTime) {
+    while (spin && SyncClock::now() - t0 < spin_) {
       for (int i = 0; i < 64; ++i) {
         if (s.load(std::memory_order_acquire) != 0) return consume(s);
         __builtin_ia32_pause();
@@ -332,7 +335,25 @@ class PadSync {
   bool oversubscribed_ = false;
   int barrier_step_ = 0;                       // > 0 inside barrier(): the step being waited for
   std::function<std::vector<int>()> missing_;  // set inside arrive()
+  std::chrono::microseconds spin_{0};          // spin_time()
+  // The long spin's length: symmem-tune's host entry "wait.spin_us" for this many ranks on this
+  // machine (NOTE [tuning file]), else kSpinTime. Kept per thread until tuning::generation()
+  // moves (symmem-tune changes it between measurements).
   static constexpr std::chrono::microseconds kSpinTime{20};
+  static std::chrono::microseconds spin_time(int world) {
+    thread_local uint64_t gen = ~uint64_t{0};
+    thread_local int for_world = -1;
+    thread_local int64_t us = 0;
+    const uint64_t now = tuning::generation();
+    if (now != gen || world != for_world) {
+      static const std::string signature = tuning::host_signature();
+      const auto tuned = tuning::lookup("host", "wait.spin_us", world, signature);
+      us = tuned && *tuned >= 0 && *tuned <= 1000000 ? *tuned : kSpinTime.count();
+      gen = now;
+      for_world = world;
+    }
+    return std::chrono::microseconds(us);
+  }
   // NOTE [pad wait backoff]: a sched_yield that took [kSwitchMin, kPeerRunMax) ran someone else
   // briefly; with the awaited signal there afterwards, that was the peer.
   static constexpr std::chrono::nanoseconds kSwitchMin{1500};

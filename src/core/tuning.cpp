@@ -4,8 +4,10 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -35,7 +37,10 @@ struct State {
   std::string path;
   std::vector<Entry> entries;
   std::set<std::tuple<std::string, std::string, int>> logged;
+  std::map<std::tuple<std::string, std::string, int>, int64_t> overrides;  // set_override
 };
+
+std::atomic<uint64_t> g_generation{0};
 
 State& state() {
   static State* s = new State;  // never destroyed: lookups may run during exit
@@ -116,6 +121,10 @@ std::optional<int64_t> lookup(std::string_view backend, std::string_view key, in
                               std::string_view signature) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.overrides.empty()) {
+    auto o = s.overrides.find(std::make_tuple(std::string(backend), std::string(key), world));
+    if (o != s.overrides.end()) return o->second;
+  }
   if (!s.loaded) load(s);
   const Entry* hit = nullptr;
   for (const Entry& e : s.entries)
@@ -149,6 +158,22 @@ std::string file_path() {
   return s.path;
 }
 
+void set_override(std::string_view backend, std::string_view key, int world,
+                  std::optional<int64_t> value) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto id = std::make_tuple(std::string(backend), std::string(key), world);
+  if (value)
+    s.overrides[id] = *value;
+  else
+    s.overrides.erase(id);
+  g_generation.fetch_add(1, std::memory_order_release);
+}
+
+uint64_t generation() {
+  return g_generation.load(std::memory_order_acquire);
+}
+
 void reset_for_testing() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
@@ -156,6 +181,8 @@ void reset_for_testing() {
   s.path.clear();
   s.entries.clear();
   s.logged.clear();
+  s.overrides.clear();
+  g_generation.fetch_add(1, std::memory_order_release);
 }
 
 }  // namespace symmem::tuning

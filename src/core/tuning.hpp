@@ -43,7 +43,16 @@ SYMMEM_API std::string file_path();
 // may not exist yet); empty when neither a setting nor a home directory is known.
 SYMMEM_API std::string write_path();
 
-// For tests: forget the file read so far (the next lookup reads it again).
+// For symmem-tune: a value that lookup() returns for this process (before the file and without
+// logging) while it measures one; nullopt removes it. Each change moves generation() on.
+SYMMEM_API void set_override(std::string_view backend, std::string_view key, int world,
+                             std::optional<int64_t> value);
+
+// Moves on whenever lookup()'s answers may have changed (an override, reset_for_testing), so a
+// hot path can keep a looked-up value until it does.
+SYMMEM_API uint64_t generation();
+
+// For tests: forget the file read so far (the next lookup reads it again) and every override.
 SYMMEM_API void reset_for_testing();
 
 }  // namespace symmem::tuning

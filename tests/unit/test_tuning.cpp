@@ -63,6 +63,27 @@ TEST_F(TuningFile, MatchingEntryDecides) {
   EXPECT_EQ(tuning::lookup("host", "other.key", 2, sig), std::nullopt);
 }
 
+// symmem-tune's overrides come before the file, for this process only, and move generation().
+TEST_F(TuningFile, OverrideComesFirstAndMovesTheGeneration) {
+  const std::string sig = tuning::host_signature();
+  write("{\"format\": \"symmem-tuning\", \"version\": 1, \"entries\": [" + entry(sig, 2, 4096) +
+        "]}");
+  const uint64_t g0 = tuning::generation();
+  tuning::set_override("host", kKey, 2, 123);
+  EXPECT_GT(tuning::generation(), g0);
+  EXPECT_EQ(tuning::lookup("host", kKey, 2, sig), 123);
+  EXPECT_EQ(tuning::lookup("host", kKey, 2, "cpu=other;cores=64"), 123);  // any signature
+  EXPECT_EQ(tuning::lookup("host", kKey, 3, sig), std::nullopt);          // only that world
+  const uint64_t g1 = tuning::generation();
+  tuning::set_override("host", kKey, 2, std::nullopt);
+  EXPECT_GT(tuning::generation(), g1);
+#if SYMMEM_HAVE_NLOHMANN_JSON
+  EXPECT_EQ(tuning::lookup("host", kKey, 2, sig), 4096);  // the file again
+#else
+  EXPECT_EQ(tuning::lookup("host", kKey, 2, sig), std::nullopt);
+#endif
+}
+
 TEST_F(TuningFile, BadFilesAreIgnored) {
   const std::string sig = tuning::host_signature();
   for (const std::string& text :

@@ -18,6 +18,13 @@ assert j["format"] == "symmem-tuning" and j["version"] == 1, j
 e = [x for x in j["entries"] if x["key"] == "all_reduce.one_shot_max_bytes"]
 assert [x["world"] for x in e] == [2], e
 assert e[0]["backend"] == "host" and e[0]["value"] >= 0 and e[0]["signature"].startswith("cpu="), e
+# The waits' spin, tuned where 2 ranks do not outnumber the cores (with more, waits do not spin).
+import os
+s = [x for x in j["entries"] if x["key"] == "wait.spin_us"]
+if os.cpu_count() >= 2:
+    assert [x["world"] for x in s] == [2] and s[0]["value"] in (0, 5, 20, 50, 200), s
+else:
+    assert s == [], s
 PY
 
 # 2. An entry of 0 for this machine: auto runs a 4 KiB all_reduce as two_shot, and says why.
@@ -26,7 +33,9 @@ python3 - "$t/zero.json" "$sig" <<'PY'
 import json, sys
 json.dump({"format": "symmem-tuning", "version": 1, "entries": [
     {"backend": "host", "signature": sys.argv[2], "key": "all_reduce.one_shot_max_bytes",
-     "world": 2, "value": 0, "measured": "test"}]}, open(sys.argv[1], "w"))
+     "world": 2, "value": 0, "measured": "test"},
+    {"backend": "host", "signature": sys.argv[2], "key": "wait.spin_us",
+     "world": 2, "value": 7, "measured": "test"}]}, open(sys.argv[1], "w"))
 PY
 algo_of() {  # the algorithm of the first all_reduce in a metrics file
   python3 -c 'import json,sys
@@ -40,6 +49,8 @@ SYMMEM_TUNING_FILE="$t/zero.json" SYMMEM_DEBUG=INFO SYMMEM_DEBUG_SUBSYS=ENV \
 grep -q "tuning: host all_reduce.one_shot_max_bytes for 2 ranks = 0 from $t/zero.json" "$t/b1.log" \
   || { cat "$t/b1.log"; fail "the log does not name the tuning file's entry"; }
 [ "$(algo_of "$t/m1.jsonl")" = two_shot ] || fail "auto ran $(algo_of "$t/m1.jsonl"), not two_shot"
+grep -q "tuning: host wait.spin_us for 2 ranks = 7 from $t/zero.json" "$t/b1.log" \
+  || { cat "$t/b1.log"; fail "the waits did not read the tuning file's spin"; }
 
 # 3. No file: the built-in table (one_shot at 4 KiB on 2 ranks), and the log says so.
 HOME="$t/home" XDG_CACHE_HOME="$t/cache" SYMMEM_DEBUG=INFO SYMMEM_DEBUG_SUBSYS=ENV \

@@ -17,14 +17,20 @@
 // piece size below which the GPU collectives go LL, src/cuda/kernels/tuning.hpp; keyed by the
 // cuda plugin's signature: GPU model, SMs, GPUs, ranks per GPU, peer access).
 //
+// The host target also times a 4 KiB all_reduce, ranks arriving 10 us apart, with several spin
+// lengths of the waits (world sizes up to the core count; with more ranks waits do not spin) and
+// writes the shortest within 3% of the fastest as host "wait.spin_us" (core/pad_sync.hpp).
+//
 // Entries of the file for the same backend, key, world size and machine are replaced; the rest
 // is kept. Rank 0 prints the measurements and writes the file.
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <iostream>
@@ -201,6 +207,65 @@ Result tune_world(const Group& g, const Target& t, const Args& a) {
   return r;
 }
 
+// The slowest rank's mean seconds per 4 KiB-class all_reduce (Algo::automatic) when the ranks
+// arrive apart: before call i, rank i % world works `skew_us` first (as ranks of a real program
+// finish their compute at different times), so the others wait that long.
+double time_skewed(const Group& g, const SymmetricMemory& a, const SymmetricMemory& b, size_t count,
+                   int iters, double skew_us) {
+  OpOptions o;
+  o.device = Device::cpu();
+  const void* src = a.ptr(a.rank());
+  void* dst = b.ptr(b.rank());
+  barrier(g, o);
+  const double t0 = now_s();
+  for (int i = 0; i < iters; ++i) {
+    if (i % g.world_size() == g.rank()) {
+      const double until = now_s() + skew_us * 1e-6;
+      while (now_s() < until) {
+      }
+    }
+    all_reduce(src, dst, count, DType::f32, ReduceOp::sum, g, o);
+  }
+  double secs = (now_s() - t0) / iters, slowest = 0;
+  all_reduce(&secs, &slowest, 1, DType::f64, ReduceOp::max, g, o);
+  return slowest;
+}
+
+// The host waits' spin before they yield (core/pad_sync.hpp, "wait.spin_us"): a 4 KiB
+// all_reduce with Algo::automatic and ranks arriving 10 us apart (time_skewed), for each
+// candidate (every rank sets the same override in lockstep), best of three alternating rounds.
+// The shortest spin within 3% of the fastest wins: spinning longer burns a core for nothing
+// measurable.
+Result tune_spin(const Group& g, const Target& t, const Args& a) {
+  constexpr int64_t kCandidates[] = {0, 5, 20, 50, 200};
+  const char* key = "wait.spin_us";
+  Result r{t.backend, key, signature_of(t, g), g.world_size(), 0, {}};
+  const size_t bytes = std::min<size_t>(4096, a.max_bytes);
+  AllocOptions ao;
+  ao.backend = t.backend;
+  SymmetricMemory x = allocate(g, bytes, t.device, ao);
+  SymmetricMemory y = allocate(g, bytes, t.device, ao);
+  std::memset(x.ptr(x.rank()), 0, bytes);
+  const int iters = std::max(100, 10 * a.iters);
+  std::vector<double> best(std::size(kCandidates), 1e30);
+  for (int rep = 0; rep < 3; ++rep) {
+    for (size_t i = 0; i < std::size(kCandidates); ++i) {
+      tuning::set_override("host", key, g.world_size(), kCandidates[i]);
+      best[i] = std::min(best[i], time_skewed(g, x, y, bytes / 4, iters, 10.0));
+    }
+  }
+  tuning::set_override("host", key, g.world_size(), std::nullopt);
+  const double fastest = *std::min_element(best.begin(), best.end());
+  r.threshold = -1;
+  for (size_t i = 0; i < std::size(kCandidates); ++i) {
+    r.rows.emplace_back(static_cast<size_t>(kCandidates[i]), best[i], 0.0);
+    if (r.threshold < 0 && best[i] <= fastest * 1.03) r.threshold = kCandidates[i];
+  }
+  x.free();
+  y.free();
+  return r;
+}
+
 std::string utc_now() {
   std::time_t t = std::time(nullptr);
   char buf[32];
@@ -320,6 +385,25 @@ int run(int argc, char** argv) {
           std::fflush(stdout);
         }
         results.push_back(r);
+        if (t.backend == "host") {
+          static const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+          if (w <= cores) {
+            Result sp = tune_spin(sub, t, a);
+            if (g.rank() == 0) {
+              std::printf("# host 4 KiB all_reduce, %d ranks: wait.spin_us = %lld\n", w,
+                          static_cast<long long>(sp.threshold));
+              std::printf("%12s %14s\n", "spin(us)", "auto(us)");
+              for (auto [spin, us, unused] : sp.rows) std::printf("%12zu %14.2f\n", spin, us * 1e6);
+              std::fflush(stdout);
+            }
+            results.push_back(sp);
+          } else if (g.rank() == 0) {
+            std::printf(
+                "# host, %d ranks: wait.spin_us not tuned (more ranks than the %ld "
+                "cores: waits do not spin)\n",
+                w, cores);
+          }
+        }
       }
       barrier(g);
     }
