@@ -12,7 +12,8 @@ NVSHMEM backend, chosen before the first allocation):
   --impl torch   torch.ops.symm_mem.all_to_all_vdev_2d: input rows sorted by expert (one row per
                  token and expert, the layout torch's op takes), output grouped by local expert,
                  then source rank: the rows of symmem's recv_x, in the same order.
-  --impl symmem  moe_dispatch (normal: with and without moe_layout; low_latency routed on the
+  --impl symmem  moe_dispatch (normal: with and without moe_layout, and with x in symmetric
+                 memory, which the expert ranks then read directly; low_latency routed on the
                  device, replayed from a CUDA graph; fp8 with scales), moe_combine (normal;
                  low_latency under a graph),
                  and all_to_all (zero copy, symmetric buffers) of the bytes one dispatch sends.
@@ -242,6 +243,20 @@ def worker(args):
                     report["timings"][key] = median_us(
                         key, lambda: symmem.moe_dispatch(x, layout, recv))
 
+                    # x in symmetric memory (as torch's input is): the expert ranks read the
+                    # rows from it (NOTE [moe pull dispatch]; the exchange on the CPU).
+                    xs = torch.from_dlpack(symmem.empty((max(T, 1), H), dtype="bfloat16",
+                                                        device=dev, group=g))[:T]
+                    xs.copy_(x)
+                    recv_zc = torch.zeros_like(recv)
+                    symmem.moe_dispatch(xs, layout, recv_zc)
+                    settle()
+                    report["results"][f"dispatch_zc/{T}"] = {
+                        "ok": bool(torch.equal(recv_zc, want)), "sha256": digest(torch, recv_zc)}
+                    report["bytes"][f"dispatch_zc/{T}"] = sent * H * 2
+                    report["timings"][f"dispatch_zc/{T}"] = median_us(
+                        f"dispatch_zc/{T}", lambda: symmem.moe_dispatch(xs, layout, recv_zc))
+
                     def with_layout():
                         lt = symmem.moe_layout(idx, E, group=g, device=dev)
                         symmem.moe_dispatch(x, lt, recv)
@@ -423,9 +438,9 @@ def driver(args):
     lines = [f"MoE exchange, {args.np} ranks, hidden {args.hidden}, top-{args.topk}, "
              f"{args.experts} experts, bf16 unless noted; slowest rank's median us per call "
              "(GB/s: bytes a rank sends / time)", "",
-             "| tokens/rank | torch a2av_2d | symmem dispatch | +layout | fp8 | ll graph "
-             "| combine | ll graph | all_to_all same bytes | torch / symmem |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| tokens/rank | torch a2av_2d | symmem dispatch | x symmetric | +layout | fp8 "
+             "| ll graph | combine | ll graph | all_to_all same bytes | torch / symmem |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     bad = []
     for T in [int(x) for x in args.tokens.split(",")]:
         def cell(reps, key, nbytes_key=None):
@@ -435,10 +450,12 @@ def driver(args):
             b = [rep["bytes"].get(nbytes_key or key) for rep in reps if rep]
             gbs = f" ({max(b) / us / 1e3:.0f} GB/s)" if b and all(b) else ""
             return f"{us:.1f}{gbs}"
-        tt, sd = slowest(t, f"a2av_2d/{T}"), slowest(s, f"dispatch/{T}")
+        tt = slowest(t, f"a2av_2d/{T}")
+        sd = min((u for u in (slowest(s, f"dispatch/{T}"), slowest(s, f"dispatch_zc/{T}"))
+                  if u is not None), default=None)  # symmem's better dispatch
         lines.append(
             f"| {T} | {cell(t, f'a2av_2d/{T}')} | {cell(s, f'dispatch/{T}')} "
-            f"| {cell(s, f'dispatch+layout/{T}')} | {cell(s, f'dispatch_fp8/{T}')} "
+            f"| {cell(s, f'dispatch_zc/{T}')} | {cell(s, f'dispatch+layout/{T}')} | {cell(s, f'dispatch_fp8/{T}')} "
             f"| {cell(s, f'dispatch_ll_graph/{T}')} | {cell(s, f'combine/{T}')} "
             f"| {cell(s, f'combine_ll_graph/{T}')} | {cell(s, f'all_to_all/{T}')} "
             f"| {f'{tt / sd:.2f}x' if tt and sd else '-'} |")

@@ -100,6 +100,7 @@
 #include <vector>
 
 #include "core/group_impl.hpp"
+#include "core/memory_registry.hpp"
 #include "core/moe_device.hpp"
 #include "core/workspace.hpp"
 #include "symmem/backend.hpp"
@@ -122,6 +123,8 @@ struct GpuIndex {
   int32_t* row_token = nullptr;   // [rows]
   int32_t* back_list = nullptr;   // per source rank the rows of recv_x that go back, concatenated
   int32_t* slot_row = nullptr;    // [tokens, k]
+  int32_t* pull_rank = nullptr;   // [rows]: the rank a row comes from (NOTE [moe pull dispatch])
+  int32_t* pull_token = nullptr;  // [rows]: its token there, or -1 (a row not written)
   int64_t n_send = 0, n_back = 0;
   GpuIndex() = default;
   GpuIndex(const GpuIndex&) = delete;
@@ -475,8 +478,8 @@ void prepare_gpu(MoeLayout::Impl& l, const OpOptions& o, const char* op) {
   auto g = std::make_shared<GpuIndex>();
   g->n_send = sent;
   g->n_back = rows_sent;
-  const size_t n32 =
-      static_cast<size_t>(sent) + l.rows + static_cast<size_t>(rows_sent) + l.tokens * k;
+  const size_t n32 = static_cast<size_t>(sent) + l.rows + static_cast<size_t>(rows_sent) +
+                     l.tokens * k + 2 * l.rows;
   std::vector<int64_t> image(8 * world + (n32 + 1) / 2, 0);
   std::copy(counts.begin(), counts.end(), image.begin());
   auto* i32 = reinterpret_cast<int32_t*>(image.data() + 8 * world);
@@ -487,6 +490,8 @@ void prepare_gpu(MoeLayout::Impl& l, const OpOptions& o, const char* op) {
   for (size_t p = 0; p < world; ++p)
     for (size_t i : plan.by_source[p]) i32[at++] = static_cast<int32_t>(i);
   for (size_t i = 0; i < l.tokens * k; ++i) i32[at++] = static_cast<int32_t>(plan.slot_row[i]);
+  for (size_t i = 0; i < l.rows; ++i) i32[at++] = static_cast<int32_t>(l.row_source[3 * i]);
+  for (size_t i = 0; i < l.rows; ++i) i32[at++] = static_cast<int32_t>(l.row_source[3 * i + 1]);
   const size_t bytes = image.size() * sizeof(int64_t);
   g->base = api->alloc(op, l.rank, l.device.index, bytes);
   g->api = api;
@@ -500,6 +505,8 @@ void prepare_gpu(MoeLayout::Impl& l, const OpOptions& o, const char* op) {
   g->row_token = g->send_list + sent;
   g->back_list = g->row_token + l.rows;
   g->slot_row = g->back_list + rows_sent;
+  g->pull_rank = g->slot_row + l.tokens * k;
+  g->pull_token = g->pull_rank + l.rows;
   l.gpu = std::move(g);
 }
 
@@ -930,11 +937,89 @@ AllToAllVOptions gpu_exchange(const MoeLayout::Impl& l, const OpOptions& o) {
 // is an all_to_all_v dtype of every GPU backend.
 constexpr size_t kPackUnit = 4;
 
+// NOTE [moe pull dispatch]
+// When every rank's x (and, in fp8, x_scales) lies in symmetric memory of the layout's group on
+// the cuda backend, every peer's part reachable here, at the same offset of the same allocation
+// on every rank, the expert ranks read the rows straight from the sources' x instead of the pack
+// | all_to_all_v | unpack of NOTE [moe on the GPU]: a barrier of the group on the stream (every
+// source's x is written: its earlier kernels ended before its barrier kernel arrived), one gather
+// kernel that copies row i of recv_x from rank pull_rank[i]'s x (token pull_token[i]) through
+// the view's device table of peer addresses, and a second barrier (every expert rank is done
+// reading, so a source may overwrite x once it passes it). One pass over the bytes instead of
+// three, and no exchange buffers. Whether it applies is agreed per dispatch in one CPU
+// all-reduce (every rank's yes, allocation id and offsets): the answer depends on pointers that
+// may differ by rank. SYMMEM_MOE_DIRECT=0 on any rank keeps the exchange.
+
+// The symmetric view of `p` (`bytes`) when a pull may read it from every peer: memory of
+// `group` on the cuda backend, each peer's part mapped here.
+SymmetricMemory pull_view(const Group& group, const void* p, size_t bytes) {
+  if (p == nullptr) return {};
+  SymmetricMemory v = find_symmetric(group, p, bytes);
+  if (!v.valid()) return {};
+  std::shared_ptr<Backend> b = backend_of(v);
+  if (b == nullptr || std::string(b->name()) != "cuda") return {};
+  for (int q = 0; q < v.world_size(); ++q)
+    if (!v.direct_access(q)) return {};
+  return v;
+}
+
+// Whether this dispatch pulls (NOTE [moe pull dispatch]): collective, the same answer on every
+// rank. xs, ss: the views of x and x_scales when it does.
+bool agree_pull(const MoeLayout::Impl& l, const void* x, const float* x_scales, size_t row_bytes,
+                size_t scale_bytes, const OpOptions& o, SymmetricMemory& xs, SymmetricMemory& ss) {
+  bool ok = env::moe_direct();
+  if (ok) xs = pull_view(l.group, x, std::max<size_t>(l.tokens * row_bytes, 1));
+  ok = ok && xs.valid();
+  if (ok && scale_bytes > 0) {
+    ss = pull_view(l.group, x_scales, std::max<size_t>(l.tokens * scale_bytes, 1));
+    ok = ss.valid();
+  }
+  // max of {not ok, id, offset, -id, -offset} per view: all agree when max == -max(-v).
+  const int64_t xid = ok ? static_cast<int64_t>(xs.alloc_id()) : 0;
+  const int64_t xoff = ok ? static_cast<int64_t>(xs.offset()) : 0;
+  const int64_t sid = ok && ss.valid() ? static_cast<int64_t>(ss.alloc_id()) : -1;
+  const int64_t soff = ok && ss.valid() ? static_cast<int64_t>(ss.offset()) : 0;
+  std::vector<int64_t> mine{ok ? 0 : 1, xid, xoff, sid, soff, -xid, -xoff, -sid, -soff};
+  std::vector<int64_t> most(mine.size());
+  OpOptions cpu;
+  cpu.timeout = o.timeout;
+  cpu.device = Device::cpu();
+  all_reduce(mine.data(), most.data(), mine.size(), DType::i64, ReduceOp::max, l.group, cpu);
+  return most[0] == 0 && most[1] == -most[5] && most[2] == -most[6] && most[3] == -most[7] &&
+         most[4] == -most[8];
+}
+
 void dispatch_gpu(const MoeLayout::Impl& l, const void* x, const float* x_scales, void* recv_x,
                   float* recv_scales, size_t row_bytes, size_t scale_bytes, const OpOptions& o,
                   const char* op) {
   const GpuIndex& g = *l.gpu;
   const auto world = static_cast<size_t>(l.world);
+  SymmetricMemory xs, ss;
+  if (agree_pull(l, x, x_scales, row_bytes, scale_bytes, o, xs, ss)) {
+    OpOptions sync;
+    sync.stream = o.stream;
+    sync.timeout = o.timeout;
+    sync.device = l.device;
+    barrier(l.group, sync);
+    detail::MoeGatherArgs a;
+    a.rows = static_cast<int64_t>(l.rows);
+    a.index = g.pull_token;
+    a.src_rank = g.pull_rank;
+    a.seg[0] = {static_cast<const char*>(x), static_cast<int64_t>(row_bytes),
+                static_cast<char*>(recv_x), static_cast<int64_t>(row_bytes),
+                static_cast<int64_t>(row_bytes)};
+    a.peer_src[0] = xs.device_handle().buffers;
+    if (scale_bytes > 0) {
+      a.seg[1] = {reinterpret_cast<const char*>(x_scales), static_cast<int64_t>(scale_bytes),
+                  reinterpret_cast<char*>(recv_scales), static_cast<int64_t>(scale_bytes),
+                  static_cast<int64_t>(scale_bytes)};
+      a.peer_src[1] = ss.device_handle().buffers;
+      a.segments = 2;
+    }
+    g.api->gather(op, l.rank, l.device.index, a, o.stream);
+    barrier(l.group, sync);
+    return;
+  }
   const size_t pack = align_up(row_bytes + scale_bytes, 16);
   const size_t region = align_up(std::max<size_t>(l.scratch_tokens * pack, 1), 256);
   char* send = moe_scratch(l, o, 2 * region, op);

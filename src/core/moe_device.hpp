@@ -17,7 +17,7 @@
 namespace symmem::detail {
 
 inline constexpr const char* kMoeDeviceExtension = "moe_device_v1";
-inline constexpr int kMoeDeviceApiVersion = 2;
+inline constexpr int kMoeDeviceApiVersion = 3;
 
 // One part of a row copied by moe gather: `bytes` from src + index * src_stride to
 // dst + i * dst_stride. Any alignment (the kernel picks the widest access all of them allow).
@@ -33,6 +33,11 @@ struct MoeSegment {
 // segments move (a token's row and its fp8 scales; segments = 1 or 2). Block 0 also writes
 // count_out[p] = count_in[p] * count_scale for p < count_n (the byte counts of the
 // all_to_all_v that follows, from per-layout row counts; count_n = 0: none).
+// With src_rank set (a pull from symmetric memory, NOTE [moe pull dispatch] in
+// src/core/moe.cpp), row i is read from rank src_rank[i]'s buffer: segment s's source base is
+// peer_src[s][src_rank[i]] (a device table of every rank's address of the same symmetric view)
+// instead of seg[s].src, which still stands for the alignment (every rank's view is at the same
+// offset of its allocation).
 struct MoeGatherArgs {
   int64_t rows = 0;
   const int32_t* index = nullptr;  // device, [rows]
@@ -42,6 +47,8 @@ struct MoeGatherArgs {
   int64_t* count_out = nullptr;
   int count_n = 0;
   int64_t count_scale = 0;
+  const int32_t* src_rank = nullptr;              // device, [rows]; null: seg[s].src
+  void* const* peer_src[2] = {nullptr, nullptr};  // device tables, [world] each
 };
 
 // out[t] = sum over j in [0, topk) ascending with slot_row[t * topk + j] >= 0 of

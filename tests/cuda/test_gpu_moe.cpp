@@ -104,6 +104,10 @@ struct Case {
   bool idx_on_host = false;  // topk_idx in host memory (the layout still for the GPU)
   bool low_latency = false;
   uint32_t seed = 1;
+  // Where x (and x_scales) live: ordinary device memory, or symmetric memory of the group (NOTE
+  // [moe pull dispatch]: the expert ranks then read the rows from there) on every rank, on rank
+  // 0 only, or at an offset that differs by rank (both of those: no pull, agreed by all ranks).
+  enum class XMem { device, symmetric, symmetric_rank0, symmetric_skewed } x_mem = XMem::device;
 };
 
 size_t tokens_of(const Case& c, int rank) {
@@ -231,6 +235,26 @@ void run_case(const Case& c) {
   d_scales.upload(scales.data());
   d_weights.upload(weights.data());
   d_y.upload(y.data());
+  // x and its scales in symmetric memory (Case::x_mem): one collective allocation of the same
+  // size on every rank, used at offset 256 (or 256 + 512 * rank: skewed).
+  void* x_arg = d_x.get();
+  float* scales_arg = d_scales.get<float>();
+  SymmetricMemory x_sym, scales_sym;
+  if (c.x_mem != Case::XMem::device) {
+    const size_t slack = 256 + 512 * static_cast<size_t>(world);
+    x_sym = allocate(g, max_tokens * H * xes + slack, Device::cuda(g_device));
+    scales_sym =
+        allocate(g, max_tokens * std::max<size_t>(S, 1) * 4 + slack, Device::cuda(g_device));
+    const bool here = c.x_mem != Case::XMem::symmetric_rank0 || rank == 0;
+    const size_t at = 256 + (c.x_mem == Case::XMem::symmetric_skewed ? 512 * rank : 0);
+    if (here) {
+      x_arg = static_cast<char*>(x_sym.ptr(rank)) + at;
+      scales_arg = reinterpret_cast<float*>(static_cast<char*>(scales_sym.ptr(rank)) + at);
+      if (!x.empty()) CUDA_OK(cudaMemcpy(x_arg, x.data(), x.size(), cudaMemcpyHostToDevice));
+      if (!scales.empty())
+        CUDA_OK(cudaMemcpy(scales_arg, scales.data(), scales.size() * 4, cudaMemcpyHostToDevice));
+    }
+  }
   const void* idx_arg = c.idx_on_host ? static_cast<const void*>(idx.data()) : d_idx.get();
   MoeLayout gl = moe_layout(T > 0 ? idx_arg : nullptr, c.idx_dtype, T, c.topk, experts, g, go);
   ASSERT_EQ(gl.recv_rows(), rows);
@@ -238,7 +262,7 @@ void run_case(const Case& c) {
   EXPECT_EQ(gl.row_source(), hl.row_source());
   OpOptions gopt = static_cast<const OpOptions&>(go);
   auto dispatch = [&](const MoeLayout& l) {
-    moe_dispatch(l, d_x.get(), c.x_dtype, H, fp8 ? d_scales.get<float>() : nullptr, d_recv.get(),
+    moe_dispatch(l, x_arg, c.x_dtype, H, fp8 ? scales_arg : nullptr, d_recv.get(),
                  fp8 ? d_recv_scales.get<float>() : nullptr, gopt);
   };
   auto combine = [&](const MoeLayout& l) {
@@ -599,6 +623,39 @@ TEST(CudaMoe, BitwiseEqualToHost) {
     c.topk = 8;
     c.experts_per_rank = 8;
     c.seed = 7;
+    cases.push_back(c);
+  }
+  {
+    // NOTE [moe pull dispatch]: x in symmetric memory, read by the expert ranks.
+    Case c;
+    c.name = "x in symmetric memory (pull), zipf, dropped slots, a rank without tokens";
+    c.x_mem = Case::XMem::symmetric;
+    c.routing = Routing::zipf;
+    c.drop = 0.2;
+    c.empty_rank = 1;
+    c.seed = 8;
+    cases.push_back(c);
+    c.name = "fp8 x and scales in symmetric memory (pull)";
+    c.x_dtype = DType::f8e4m3;
+    c.hidden = 384;
+    c.empty_rank = -1;
+    c.seed = 9;
+    cases.push_back(c);
+    c.name = "low_latency, x in symmetric memory (pull), odd hidden";
+    c.x_dtype = DType::bf16;
+    c.hidden = 100;
+    c.low_latency = true;
+    c.seed = 10;
+    cases.push_back(c);
+    c.name = "x in symmetric memory on rank 0 only (no pull)";
+    c.low_latency = false;
+    c.hidden = 256;
+    c.x_mem = Case::XMem::symmetric_rank0;
+    c.seed = 11;
+    cases.push_back(c);
+    c.name = "x in symmetric memory at offsets that differ by rank (no pull)";
+    c.x_mem = Case::XMem::symmetric_skewed;
+    c.seed = 12;
     cases.push_back(c);
   }
   for (const Case& c : cases) run_case(c);

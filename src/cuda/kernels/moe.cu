@@ -86,7 +86,9 @@ __global__ void __launch_bounds__(kMoeThreads) moe_gather_kernel(const GatherPar
     if (from < 0) continue;
     for (int s = 0; s < a.segments; ++s) {
       const detail::MoeSegment& g = a.seg[s];
-      copy_bytes(g.dst + i * g.dst_stride, g.src + from * g.src_stride, g.bytes, p.width[s]);
+      const char* src =
+          a.src_rank != nullptr ? static_cast<const char*>(a.peer_src[s][a.src_rank[i]]) : g.src;
+      copy_bytes(g.dst + i * g.dst_stride, src + from * g.src_stride, g.bytes, p.width[s]);
     }
   }
 }
