@@ -97,6 +97,7 @@
 #include <exception>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/group_impl.hpp"
@@ -125,6 +126,8 @@ struct GpuIndex {
   int32_t* slot_row = nullptr;    // [tokens, k]
   int32_t* pull_rank = nullptr;   // [rows]: the rank a row comes from (NOTE [moe pull dispatch])
   int32_t* pull_token = nullptr;  // [rows]: its token there, or -1 (a row not written)
+  int32_t* y_rank = nullptr;      // [tokens, k]: the rank whose y holds slot (t, j)'s row
+  int32_t* y_row = nullptr;       // [tokens, k]: that row of its y, or -1 (dropped slot)
   int64_t n_send = 0, n_back = 0;
   GpuIndex() = default;
   GpuIndex(const GpuIndex&) = delete;
@@ -474,12 +477,33 @@ void prepare_gpu(MoeLayout::Impl& l, const OpOptions& o, const char* op) {
                                std::to_string(most[2]) + "; the GPU path indexes them with int32");
   l.scratch_tokens = static_cast<size_t>(most[0]);
   l.scratch_rows = static_cast<size_t>(most[1]);
+  // For a pull combine (NOTE [moe pull dispatch]): each expert rank tells each source where its
+  // rows of each local expert start in recv_x (and y); the source counts its entries per expert
+  // in (token, slot) order, the order of its rows there.
+  const auto L = static_cast<size_t>(l.local);
+  std::vector<int64_t> first_out(world * L, -1), first_in(world * L, -1);
+  for (size_t e = 0; e < L; ++e)
+    for (size_t i = l.expert_offset[e] + static_cast<size_t>(l.expert_counts[e]);
+         i-- > l.expert_offset[e];) {
+      const int64_t src = l.row_source[3 * i];
+      if (src >= 0) first_out[static_cast<size_t>(src) * L + e] = static_cast<int64_t>(i);
+    }
+  all_to_all(first_out.data(), first_in.data(), L, DType::i64, l.group, cpu);
+  std::vector<int32_t> y_rank(l.tokens * k, -1), y_row(l.tokens * k, -1);
+  std::vector<int64_t> seen(world * L, 0);
+  for (size_t i = 0; i < l.tokens * k; ++i) {
+    const int64_t e = l.topk[i];
+    if (e < 0) continue;
+    const auto r = static_cast<size_t>(e) / L, le = static_cast<size_t>(e) % L;
+    y_rank[i] = static_cast<int32_t>(r);
+    y_row[i] = static_cast<int32_t>(first_in[r * L + le] + seen[r * L + le]++);
+  }
   // One host image of the device arrays: int64 counts_in, counts_out, then the int32 lists.
   auto g = std::make_shared<GpuIndex>();
   g->n_send = sent;
   g->n_back = rows_sent;
   const size_t n32 = static_cast<size_t>(sent) + l.rows + static_cast<size_t>(rows_sent) +
-                     l.tokens * k + 2 * l.rows;
+                     l.tokens * k + 2 * l.rows + 2 * l.tokens * k;
   std::vector<int64_t> image(8 * world + (n32 + 1) / 2, 0);
   std::copy(counts.begin(), counts.end(), image.begin());
   auto* i32 = reinterpret_cast<int32_t*>(image.data() + 8 * world);
@@ -492,6 +516,8 @@ void prepare_gpu(MoeLayout::Impl& l, const OpOptions& o, const char* op) {
   for (size_t i = 0; i < l.tokens * k; ++i) i32[at++] = static_cast<int32_t>(plan.slot_row[i]);
   for (size_t i = 0; i < l.rows; ++i) i32[at++] = static_cast<int32_t>(l.row_source[3 * i]);
   for (size_t i = 0; i < l.rows; ++i) i32[at++] = static_cast<int32_t>(l.row_source[3 * i + 1]);
+  for (size_t i = 0; i < l.tokens * k; ++i) i32[at++] = y_rank[i];
+  for (size_t i = 0; i < l.tokens * k; ++i) i32[at++] = y_row[i];
   const size_t bytes = image.size() * sizeof(int64_t);
   g->base = api->alloc(op, l.rank, l.device.index, bytes);
   g->api = api;
@@ -507,6 +533,8 @@ void prepare_gpu(MoeLayout::Impl& l, const OpOptions& o, const char* op) {
   g->slot_row = g->back_list + rows_sent;
   g->pull_rank = g->slot_row + l.tokens * k;
   g->pull_token = g->pull_rank + l.rows;
+  g->y_rank = g->pull_token + l.rows;
+  g->y_row = g->y_rank + l.tokens * k;
   l.gpu = std::move(g);
 }
 
@@ -963,30 +991,42 @@ SymmetricMemory pull_view(const Group& group, const void* p, size_t bytes) {
   return v;
 }
 
-// Whether this dispatch pulls (NOTE [moe pull dispatch]): collective, the same answer on every
-// rank. xs, ss: the views of x and x_scales when it does.
-bool agree_pull(const MoeLayout::Impl& l, const void* x, const float* x_scales, size_t row_bytes,
-                size_t scale_bytes, const OpOptions& o, SymmetricMemory& xs, SymmetricMemory& ss) {
+// Whether a dispatch or combine pulls (NOTE [moe pull dispatch]): collective, the same answer
+// on every rank. bufs: the buffers read from the peers (null: none), each {pointer, bytes};
+// views[i]: bufs[i]'s symmetric view when it does.
+bool agree_pull(const MoeLayout::Impl& l, const std::pair<const void*, size_t> (&bufs)[2],
+                const OpOptions& o, SymmetricMemory (&views)[2]) {
   bool ok = env::moe_direct();
-  if (ok) xs = pull_view(l.group, x, std::max<size_t>(l.tokens * row_bytes, 1));
-  ok = ok && xs.valid();
-  if (ok && scale_bytes > 0) {
-    ss = pull_view(l.group, x_scales, std::max<size_t>(l.tokens * scale_bytes, 1));
-    ok = ss.valid();
+  for (int i = 0; i < 2 && ok; ++i)
+    if (bufs[i].first != nullptr) {
+      views[i] = pull_view(l.group, bufs[i].first, std::max<size_t>(bufs[i].second, 1));
+      ok = views[i].valid();
+    }
+  // The max of {not ok, then per buffer id and offset, then their negations}: the ranks agree
+  // where max == -max(-v).
+  std::vector<int64_t> mine{ok ? 0 : 1};
+  for (const SymmetricMemory& v : views) {
+    mine.push_back(ok && v.valid() ? static_cast<int64_t>(v.alloc_id()) : -1);
+    mine.push_back(ok && v.valid() ? static_cast<int64_t>(v.offset()) : 0);
   }
-  // max of {not ok, id, offset, -id, -offset} per view: all agree when max == -max(-v).
-  const int64_t xid = ok ? static_cast<int64_t>(xs.alloc_id()) : 0;
-  const int64_t xoff = ok ? static_cast<int64_t>(xs.offset()) : 0;
-  const int64_t sid = ok && ss.valid() ? static_cast<int64_t>(ss.alloc_id()) : -1;
-  const int64_t soff = ok && ss.valid() ? static_cast<int64_t>(ss.offset()) : 0;
-  std::vector<int64_t> mine{ok ? 0 : 1, xid, xoff, sid, soff, -xid, -xoff, -sid, -soff};
+  for (size_t i = 1; i < 5; ++i) mine.push_back(-mine[i]);
   std::vector<int64_t> most(mine.size());
   OpOptions cpu;
   cpu.timeout = o.timeout;
   cpu.device = Device::cpu();
   all_reduce(mine.data(), most.data(), mine.size(), DType::i64, ReduceOp::max, l.group, cpu);
-  return most[0] == 0 && most[1] == -most[5] && most[2] == -most[6] && most[3] == -most[7] &&
-         most[4] == -most[8];
+  bool same = most[0] == 0;
+  for (size_t i = 1; i < 5; ++i) same = same && most[i] == -most[i + 4];
+  return same;
+}
+
+// The group barrier on the stream that brackets a pull.
+void pull_barrier(const MoeLayout::Impl& l, const OpOptions& o) {
+  OpOptions sync;
+  sync.stream = o.stream;
+  sync.timeout = o.timeout;
+  sync.device = l.device;
+  barrier(l.group, sync);
 }
 
 void dispatch_gpu(const MoeLayout::Impl& l, const void* x, const float* x_scales, void* recv_x,
@@ -994,13 +1034,11 @@ void dispatch_gpu(const MoeLayout::Impl& l, const void* x, const float* x_scales
                   const char* op) {
   const GpuIndex& g = *l.gpu;
   const auto world = static_cast<size_t>(l.world);
-  SymmetricMemory xs, ss;
-  if (agree_pull(l, x, x_scales, row_bytes, scale_bytes, o, xs, ss)) {
-    OpOptions sync;
-    sync.stream = o.stream;
-    sync.timeout = o.timeout;
-    sync.device = l.device;
-    barrier(l.group, sync);
+  SymmetricMemory views[2];
+  const std::pair<const void*, size_t> bufs[2] = {
+      {x, l.tokens * row_bytes}, {scale_bytes > 0 ? x_scales : nullptr, l.tokens * scale_bytes}};
+  if (agree_pull(l, bufs, o, views)) {
+    pull_barrier(l, o);
     detail::MoeGatherArgs a;
     a.rows = static_cast<int64_t>(l.rows);
     a.index = g.pull_token;
@@ -1008,16 +1046,16 @@ void dispatch_gpu(const MoeLayout::Impl& l, const void* x, const float* x_scales
     a.seg[0] = {static_cast<const char*>(x), static_cast<int64_t>(row_bytes),
                 static_cast<char*>(recv_x), static_cast<int64_t>(row_bytes),
                 static_cast<int64_t>(row_bytes)};
-    a.peer_src[0] = xs.device_handle().buffers;
+    a.peer_src[0] = views[0].device_handle().buffers;
     if (scale_bytes > 0) {
       a.seg[1] = {reinterpret_cast<const char*>(x_scales), static_cast<int64_t>(scale_bytes),
                   reinterpret_cast<char*>(recv_scales), static_cast<int64_t>(scale_bytes),
                   static_cast<int64_t>(scale_bytes)};
-      a.peer_src[1] = ss.device_handle().buffers;
+      a.peer_src[1] = views[1].device_handle().buffers;
       a.segments = 2;
     }
     g.api->gather(op, l.rank, l.device.index, a, o.stream);
-    barrier(l.group, sync);
+    pull_barrier(l, o);
     return;
   }
   const size_t pack = align_up(row_bytes + scale_bytes, 16);
@@ -1055,6 +1093,27 @@ void combine_gpu(const MoeLayout::Impl& l, const void* y, DType dtype, size_t hi
                  const char* op) {
   const GpuIndex& g = *l.gpu;
   const auto world = static_cast<size_t>(l.world);
+  detail::MoeCombineArgs c;
+  c.tokens = static_cast<int64_t>(l.tokens);
+  c.topk = l.k;
+  c.hidden = static_cast<int64_t>(hidden);
+  c.dtype = static_cast<int>(dtype);
+  c.weights = topk_weights;
+  c.out = static_cast<char*>(out);
+  SymmetricMemory views[2];
+  const std::pair<const void*, size_t> bufs[2] = {{y, l.rows * row_bytes}, {nullptr, 0}};
+  if (agree_pull(l, bufs, o, views)) {
+    // NOTE [moe pull dispatch]: the sums read each slot's row from its expert rank's y.
+    pull_barrier(l, o);
+    c.slot_row = g.y_row;
+    c.src_rank = g.y_rank;
+    c.peer_rows = views[0].device_handle().buffers;
+    c.rows = static_cast<const char*>(y);
+    c.row_stride = static_cast<int64_t>(row_bytes);
+    if (hidden > 0) g.api->combine(op, l.rank, l.device.index, c, o.stream);
+    pull_barrier(l, o);
+    return;
+  }
   const size_t stride = align_up(std::max<size_t>(row_bytes, 1), 16);
   const size_t region = align_up(std::max<size_t>(l.scratch_rows * stride, 1), 256);
   char* send = moe_scratch(l, o, 2 * region, op);
@@ -1072,16 +1131,9 @@ void combine_gpu(const MoeLayout::Impl& l, const void* y, DType dtype, size_t hi
   g.api->gather(op, l.rank, l.device.index, a, o.stream);
   all_to_all_v(send, g.counts_out + 2 * world, recv, g.counts_out + 3 * world, nullptr,
                region / kPackUnit, DType::f32, l.group, gpu_exchange(l, o));
-  detail::MoeCombineArgs c;
-  c.tokens = static_cast<int64_t>(l.tokens);
-  c.topk = l.k;
-  c.hidden = static_cast<int64_t>(hidden);
-  c.dtype = static_cast<int>(dtype);
   c.slot_row = g.slot_row;
-  c.weights = topk_weights;
   c.rows = recv;
   c.row_stride = static_cast<int64_t>(stride);
-  c.out = static_cast<char*>(out);
   if (hidden > 0) g.api->combine(op, l.rank, l.device.index, c, o.stream);
 }
 

@@ -70,6 +70,11 @@ struct MoeCombineArgs {
   // area, NOTE [moe direct dispatch] in src/core/moe.cpp).
   const int32_t* rows_parity = nullptr;
   int64_t rows_half = 0;
+  // Non-null: a pull combine (NOTE [moe pull dispatch] in src/core/moe.cpp): slot (t, j)'s row
+  // is row slot_row[t * topk + j] of rank src_rank[t * topk + j]'s y, whose address is
+  // peer_rows[rank] (a device table, [world]); `rows` still stands for the alignment.
+  const int32_t* src_rank = nullptr;
+  void* const* peer_rows = nullptr;
 };
 
 // A layout routed on the device (MoeOptions::device_layout; NOTE [moe device layout] in

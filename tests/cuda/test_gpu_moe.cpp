@@ -104,9 +104,10 @@ struct Case {
   bool idx_on_host = false;  // topk_idx in host memory (the layout still for the GPU)
   bool low_latency = false;
   uint32_t seed = 1;
-  // Where x (and x_scales) live: ordinary device memory, or symmetric memory of the group (NOTE
-  // [moe pull dispatch]: the expert ranks then read the rows from there) on every rank, on rank
-  // 0 only, or at an offset that differs by rank (both of those: no pull, agreed by all ranks).
+  // Where x (and x_scales) and y live: ordinary device memory, or symmetric memory of the group
+  // (NOTE [moe pull dispatch]: dispatch then reads the rows from the sources' x, combine from
+  // the expert ranks' y) on every rank, on rank 0 only, or at an offset that differs by rank
+  // (both of those: no pull, agreed by all ranks).
   enum class XMem { device, symmetric, symmetric_rank0, symmetric_skewed } x_mem = XMem::device;
 };
 
@@ -235,24 +236,29 @@ void run_case(const Case& c) {
   d_scales.upload(scales.data());
   d_weights.upload(weights.data());
   d_y.upload(y.data());
-  // x and its scales in symmetric memory (Case::x_mem): one collective allocation of the same
+  // x, its scales and y in symmetric memory (Case::x_mem): collective allocations of the same
   // size on every rank, used at offset 256 (or 256 + 512 * rank: skewed).
   void* x_arg = d_x.get();
   float* scales_arg = d_scales.get<float>();
-  SymmetricMemory x_sym, scales_sym;
+  void* y_arg = d_y.get();
+  SymmetricMemory x_sym, scales_sym, y_sym;
   if (c.x_mem != Case::XMem::device) {
     const size_t slack = 256 + 512 * static_cast<size_t>(world);
-    x_sym = allocate(g, max_tokens * H * xes + slack, Device::cuda(g_device));
-    scales_sym =
-        allocate(g, max_tokens * std::max<size_t>(S, 1) * 4 + slack, Device::cuda(g_device));
+    const Device dev = Device::cuda(g_device);
+    x_sym = allocate(g, max_tokens * H * xes + slack, dev);
+    scales_sym = allocate(g, max_tokens * std::max<size_t>(S, 1) * 4 + slack, dev);
+    // y has recv_rows rows here, which differ by rank: room for the most any rank can get.
+    y_sym = allocate(g, static_cast<size_t>(world) * max_tokens * K * H * yes + slack, dev);
     const bool here = c.x_mem != Case::XMem::symmetric_rank0 || rank == 0;
     const size_t at = 256 + (c.x_mem == Case::XMem::symmetric_skewed ? 512 * rank : 0);
     if (here) {
       x_arg = static_cast<char*>(x_sym.ptr(rank)) + at;
       scales_arg = reinterpret_cast<float*>(static_cast<char*>(scales_sym.ptr(rank)) + at);
+      y_arg = static_cast<char*>(y_sym.ptr(rank)) + at;
       if (!x.empty()) CUDA_OK(cudaMemcpy(x_arg, x.data(), x.size(), cudaMemcpyHostToDevice));
       if (!scales.empty())
         CUDA_OK(cudaMemcpy(scales_arg, scales.data(), scales.size() * 4, cudaMemcpyHostToDevice));
+      if (!y.empty()) CUDA_OK(cudaMemcpy(y_arg, y.data(), y.size(), cudaMemcpyHostToDevice));
     }
   }
   const void* idx_arg = c.idx_on_host ? static_cast<const void*>(idx.data()) : d_idx.get();
@@ -266,7 +272,7 @@ void run_case(const Case& c) {
                  fp8 ? d_recv_scales.get<float>() : nullptr, gopt);
   };
   auto combine = [&](const MoeLayout& l) {
-    moe_combine(l, d_y.get(), c.y_dtype, H, d_weights.get<float>(), d_out.get(), gopt);
+    moe_combine(l, y_arg, c.y_dtype, H, d_weights.get<float>(), d_out.get(), gopt);
   };
   auto check = [&](const char* what) {
     CUDA_OK(cudaStreamSynchronize(s.get()));
@@ -628,32 +634,34 @@ TEST(CudaMoe, BitwiseEqualToHost) {
   {
     // NOTE [moe pull dispatch]: x in symmetric memory, read by the expert ranks.
     Case c;
-    c.name = "x in symmetric memory (pull), zipf, dropped slots, a rank without tokens";
+    c.name = "x and y in symmetric memory (pull), zipf, dropped slots, a rank without tokens";
     c.x_mem = Case::XMem::symmetric;
     c.routing = Routing::zipf;
     c.drop = 0.2;
     c.empty_rank = 1;
     c.seed = 8;
     cases.push_back(c);
-    c.name = "fp8 x and scales in symmetric memory (pull)";
+    c.name = "fp8 x and scales, f32 y in symmetric memory (pull)";
+    c.y_dtype = DType::f32;
     c.x_dtype = DType::f8e4m3;
     c.hidden = 384;
     c.empty_rank = -1;
     c.seed = 9;
     cases.push_back(c);
-    c.name = "low_latency, x in symmetric memory (pull), odd hidden";
+    c.name = "low_latency, x and y in symmetric memory (pull), odd hidden";
     c.x_dtype = DType::bf16;
+    c.y_dtype = DType::bf16;
     c.hidden = 100;
     c.low_latency = true;
     c.seed = 10;
     cases.push_back(c);
-    c.name = "x in symmetric memory on rank 0 only (no pull)";
+    c.name = "x and y in symmetric memory on rank 0 only (no pull)";
     c.low_latency = false;
     c.hidden = 256;
     c.x_mem = Case::XMem::symmetric_rank0;
     c.seed = 11;
     cases.push_back(c);
-    c.name = "x in symmetric memory at offsets that differ by rank (no pull)";
+    c.name = "x and y in symmetric memory at offsets that differ by rank (no pull)";
     c.x_mem = Case::XMem::symmetric_skewed;
     c.seed = 12;
     cases.push_back(c);

@@ -168,7 +168,8 @@ __global__ void __launch_bounds__(kMoeThreads) moe_combine_kernel(const MoeCombi
   using E = Elems<kDType, kVec>;
   const int k = a.topk;
   int64_t* rows = moe_shared;
-  auto* w = reinterpret_cast<float*>(moe_shared + k);
+  auto* from = reinterpret_cast<const char**>(moe_shared + k);  // each slot's rows
+  auto* w = reinterpret_cast<float*>(moe_shared + 2 * k);
   const int64_t step = static_cast<int64_t>(kVec) * E::kSize;  // bytes per thread and pass
   const int64_t n = a.hidden / kVec;
   const char* rows_at = a.rows_parity == nullptr ? a.rows : a.rows + *a.rows_parity * a.rows_half;
@@ -177,6 +178,9 @@ __global__ void __launch_bounds__(kMoeThreads) moe_combine_kernel(const MoeCombi
     for (int j = threadIdx.x; j < k; j += blockDim.x) {
       rows[j] = a.slot_row[t * k + j];
       w[j] = a.weights[t * k + j];
+      from[j] = a.src_rank == nullptr || rows[j] < 0
+                    ? rows_at
+                    : static_cast<const char*>(a.peer_rows[a.src_rank[t * k + j]]);
     }
     __syncthreads();
     char* out = a.out + t * a.hidden * E::kSize;
@@ -187,7 +191,7 @@ __global__ void __launch_bounds__(kMoeThreads) moe_combine_kernel(const MoeCombi
         const int64_t r = rows[j];
         if (r < 0) continue;
         float f[kVec];
-        E::load(rows_at + r * a.row_stride + v * step, f);
+        E::load(from[j] + r * a.row_stride + v * step, f);
         for (int i = 0; i < kVec; ++i) acc[i] = __fadd_rn(acc[i], __fmul_rn(w[j], f[i]));
       }
       E::store(out + v * step, acc);
@@ -655,7 +659,8 @@ int launch_moe_gather(const MoeGatherArgs& a, void* stream) {
 int launch_moe_combine(const MoeCombineArgs& a, void* stream) {
   if (a.tokens <= 0) return 0;
   const int64_t blocks = a.tokens < kMoeMaxBlocks ? a.tokens : kMoeMaxBlocks;
-  const size_t shared = static_cast<size_t>(a.topk) * (sizeof(int64_t) + sizeof(float));
+  const size_t shared =
+      static_cast<size_t>(a.topk) * (sizeof(int64_t) + sizeof(const char*) + sizeof(float));
   if (a.topk < 1 || shared > 48 * 1024) return static_cast<int>(cudaErrorInvalidValue);
   auto s = static_cast<cudaStream_t>(stream);
   const auto g = static_cast<unsigned>(blocks);
