@@ -14,8 +14,8 @@ NVSHMEM backend, chosen before the first allocation):
                  then source rank: the rows of symmem's recv_x, in the same order.
   --impl symmem  moe_dispatch (normal: with and without moe_layout, and with x in symmetric
                  memory, which the expert ranks then read directly; low_latency routed on the
-                 device, replayed from a CUDA graph; fp8 with scales), moe_combine (normal;
-                 low_latency under a graph),
+                 device, replayed from a CUDA graph; fp8 with scales), moe_combine (normal,
+                 and with y in symmetric memory, read directly; low_latency under a graph),
                  and all_to_all (zero copy, symmetric buffers) of the bytes one dispatch sends.
 Times are the slowest rank's median of CUDA-event times per call. Each rank writes
 <out>/<impl>.rank<r>.json (times, whether its rows equal the reference, a SHA-256 of them).
@@ -286,6 +286,22 @@ def worker(args):
                                               "sha256": digest(torch, out)}
                     report["timings"][key] = median_us(
                         key, lambda: symmem.moe_combine(recv, layout, w, out))
+                    # y in symmetric memory: the token ranks read the rows from the expert
+                    # ranks' y (NOTE [moe pull dispatch]); the same size on every rank.
+                    most = torch.tensor([recv.shape[0]], dtype=torch.int64,
+                                        device=device if pg == "nccl" else "cpu")
+                    dist.all_reduce(most, op=dist.ReduceOp.MAX)
+                    ys = torch.from_dlpack(symmem.empty((max(int(most.item()), 1), H),
+                                                        dtype="bfloat16", device=dev,
+                                                        group=g))[:recv.shape[0]]
+                    ys.copy_(recv)
+                    out_zc = torch.empty((T, H), dtype=bf16, device=device)
+                    symmem.moe_combine(ys, layout, w, out_zc)
+                    settle()
+                    report["results"][f"combine_zc/{T}"] = {
+                        "ok": bool(torch.equal(out_zc, out)), "sha256": digest(torch, out_zc)}
+                    report["timings"][f"combine_zc/{T}"] = median_us(
+                        f"combine_zc/{T}", lambda: symmem.moe_combine(ys, layout, w, out_zc))
                     # all_to_all of the bytes one dispatch sends (the most any rank sends).
                     per_peer = -(-sent * H // (8 * world)) * 8 or 8  # elements, whole 16 B
                     peers = torch.tensor([per_peer], device=device if pg == "nccl" else "cpu")
@@ -439,8 +455,9 @@ def driver(args):
              f"{args.experts} experts, bf16 unless noted; slowest rank's median us per call "
              "(GB/s: bytes a rank sends / time)", "",
              "| tokens/rank | torch a2av_2d | symmem dispatch | x symmetric | +layout | fp8 "
-             "| ll graph | combine | ll graph | all_to_all same bytes | torch / symmem |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| ll graph | combine | y symmetric | ll graph | all_to_all same bytes "
+             "| torch / symmem |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     bad = []
     for T in [int(x) for x in args.tokens.split(",")]:
         def cell(reps, key, nbytes_key=None):
@@ -457,7 +474,7 @@ def driver(args):
             f"| {T} | {cell(t, f'a2av_2d/{T}')} | {cell(s, f'dispatch/{T}')} "
             f"| {cell(s, f'dispatch_zc/{T}')} | {cell(s, f'dispatch+layout/{T}')} | {cell(s, f'dispatch_fp8/{T}')} "
             f"| {cell(s, f'dispatch_ll_graph/{T}')} | {cell(s, f'combine/{T}')} "
-            f"| {cell(s, f'combine_ll_graph/{T}')} | {cell(s, f'all_to_all/{T}')} "
+            f"| {cell(s, f'combine_zc/{T}')} | {cell(s, f'combine_ll_graph/{T}')} | {cell(s, f'all_to_all/{T}')} "
             f"| {f'{tt / sd:.2f}x' if tt and sd else '-'} |")
         for r in range(args.np):
             tr = t[r]["results"].get(f"a2av_2d/{T}") if t[r] else None
