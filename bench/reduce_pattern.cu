@@ -17,7 +17,9 @@
 //                write N x bytes);
 //   two_shot_u1, two_shot_u4: two_shot with 1 or 4 units per thread per step (the kernel's
 //                choice is 2 for N <= 4, 1 for N = 8: kUnitsInFlight in reduce.cu);
-//   two_shot_cs: two_shot with streaming stores (st.global.cs: evict first).
+//   two_shot_cs: two_shot with streaming stores (st.global.cs: evict first);
+//   memcpy:      cudaMemcpyAsync of in[r] to out[r] for every r (the driver's copy kernels; not
+//                in the default list).
 // Rows (JSON, one per line): variant, world, bytes, blocks (per rank), us, bytes moved, TB/s, and
 // for the two_shot variants their share of copy's rate. Their output is checked (out zeroed, one
 // launch; every in[p] holds p + 1, so every element of every out must be N (N + 1) / 2): exit
@@ -61,10 +63,11 @@ enum class Variant : int {
   push_only = 3,
   two_shot_u1 = 4,
   two_shot_u4 = 5,
-  two_shot_cs = 6
+  two_shot_cs = 6,
+  memcpy = 7
 };
 const char* const kVariantNames[] = {"copy",        "two_shot",    "reduce_only", "push_only",
-                                     "two_shot_u1", "two_shot_u4", "two_shot_cs"};
+                                     "two_shot_u1", "two_shot_u4", "two_shot_cs", "memcpy"};
 constexpr bool is_two_shot(Variant v) {
   return v == Variant::two_shot || v == Variant::two_shot_u1 || v == Variant::two_shot_u4 ||
          v == Variant::two_shot_cs;
@@ -165,10 +168,18 @@ void launch(Variant v, const PatternArgs& a, int blocks, cudaStream_t s) {
     case Variant::two_shot_cs:
       pattern_kernel<kN, Variant::two_shot_cs><<<grid, K::kThreads, 0, s>>>(a);
       break;
+    case Variant::memcpy:  // launch_world's
+      break;
   }
 }
 
 void launch_world(int world, Variant v, const PatternArgs& a, int blocks, cudaStream_t s) {
+  if (v == Variant::memcpy) {  // the driver's copy of the same bytes, rank by rank
+    for (int p = 0; p < world; ++p)
+      PATTERN_CUDA(
+          cudaMemcpyAsync(a.out.inl[p], a.in.inl[p], a.count * 2, cudaMemcpyDeviceToDevice, s));
+    return;
+  }
   switch (world) {
     case 2:
       launch<2>(v, a, blocks, s);
@@ -190,6 +201,7 @@ void launch_world(int world, Variant v, const PatternArgs& a, int blocks, cudaSt
 double moved(Variant v, int world, double bytes) {
   switch (v) {
     case Variant::copy:
+    case Variant::memcpy:
     case Variant::two_shot:
     case Variant::two_shot_u1:
     case Variant::two_shot_u4:
