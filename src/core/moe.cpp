@@ -124,10 +124,14 @@ struct GpuIndex {
   int32_t* row_token = nullptr;   // [rows]
   int32_t* back_list = nullptr;   // per source rank the rows of recv_x that go back, concatenated
   int32_t* slot_row = nullptr;    // [tokens, k]
-  int32_t* pull_rank = nullptr;   // [rows]: the rank a row comes from (NOTE [moe pull dispatch])
-  int32_t* pull_token = nullptr;  // [rows]: its token there, or -1 (a row not written)
-  int32_t* y_rank = nullptr;      // [tokens, k]: the rank whose y holds slot (t, j)'s row
-  int32_t* y_row = nullptr;       // [tokens, k]: that row of its y, or -1 (dropped slot)
+  // The rows a pull dispatch writes (NOTE [moe pull dispatch]), n_pull of them, ordered by the
+  // token they copy (source rank, then token): the row of recv_x, its source rank, its token.
+  int32_t* pull_dst = nullptr;
+  int32_t* pull_rank = nullptr;
+  int32_t* pull_token = nullptr;
+  int64_t n_pull = 0;
+  int32_t* y_rank = nullptr;  // [tokens, k]: the rank whose y holds slot (t, j)'s row
+  int32_t* y_row = nullptr;   // [tokens, k]: that row of its y, or -1 (dropped slot)
   int64_t n_send = 0, n_back = 0;
   GpuIndex() = default;
   GpuIndex(const GpuIndex&) = delete;
@@ -503,7 +507,7 @@ void prepare_gpu(MoeLayout::Impl& l, const OpOptions& o, const char* op) {
   g->n_send = sent;
   g->n_back = rows_sent;
   const size_t n32 = static_cast<size_t>(sent) + l.rows + static_cast<size_t>(rows_sent) +
-                     l.tokens * k + 2 * l.rows + 2 * l.tokens * k;
+                     l.tokens * k + 3 * l.rows + 2 * l.tokens * k;
   std::vector<int64_t> image(8 * world + (n32 + 1) / 2, 0);
   std::copy(counts.begin(), counts.end(), image.begin());
   auto* i32 = reinterpret_cast<int32_t*>(image.data() + 8 * world);
@@ -514,8 +518,23 @@ void prepare_gpu(MoeLayout::Impl& l, const OpOptions& o, const char* op) {
   for (size_t p = 0; p < world; ++p)
     for (size_t i : plan.by_source[p]) i32[at++] = static_cast<int32_t>(i);
   for (size_t i = 0; i < l.tokens * k; ++i) i32[at++] = static_cast<int32_t>(plan.slot_row[i]);
-  for (size_t i = 0; i < l.rows; ++i) i32[at++] = static_cast<int32_t>(l.row_source[3 * i]);
-  for (size_t i = 0; i < l.rows; ++i) i32[at++] = static_cast<int32_t>(l.row_source[3 * i + 1]);
+  // The pull's rows by the received token they copy (a counting sort on row_token), so that the
+  // blocks copying one token's rows run side by side and read its row from HBM once.
+  std::vector<int32_t> by_token(static_cast<size_t>(received) + 1, 0);
+  for (size_t i = 0; i < l.rows; ++i)
+    if (l.row_token[i] >= 0) ++by_token[static_cast<size_t>(l.row_token[i]) + 1];
+  for (size_t j = 0; j < static_cast<size_t>(received); ++j) by_token[j + 1] += by_token[j];
+  const size_t n_pull = static_cast<size_t>(by_token.back());
+  std::vector<int32_t> pull(n_pull);
+  for (size_t i = 0; i < l.rows; ++i)
+    if (l.row_token[i] >= 0)
+      pull[by_token[static_cast<size_t>(l.row_token[i])]++] = static_cast<int32_t>(i);
+  for (size_t n = 0; n < n_pull; ++n) i32[at++] = pull[n];
+  for (size_t n = 0; n < n_pull; ++n)
+    i32[at++] = static_cast<int32_t>(l.row_source[3 * static_cast<size_t>(pull[n])]);
+  for (size_t n = 0; n < n_pull; ++n)
+    i32[at++] = static_cast<int32_t>(l.row_source[3 * static_cast<size_t>(pull[n]) + 1]);
+  g->n_pull = static_cast<int64_t>(n_pull);
   for (size_t i = 0; i < l.tokens * k; ++i) i32[at++] = y_rank[i];
   for (size_t i = 0; i < l.tokens * k; ++i) i32[at++] = y_row[i];
   const size_t bytes = image.size() * sizeof(int64_t);
@@ -531,9 +550,10 @@ void prepare_gpu(MoeLayout::Impl& l, const OpOptions& o, const char* op) {
   g->row_token = g->send_list + sent;
   g->back_list = g->row_token + l.rows;
   g->slot_row = g->back_list + rows_sent;
-  g->pull_rank = g->slot_row + l.tokens * k;
-  g->pull_token = g->pull_rank + l.rows;
-  g->y_rank = g->pull_token + l.rows;
+  g->pull_dst = g->slot_row + l.tokens * k;
+  g->pull_rank = g->pull_dst + n_pull;
+  g->pull_token = g->pull_rank + n_pull;
+  g->y_rank = g->pull_token + n_pull;
   g->y_row = g->y_rank + l.tokens * k;
   l.gpu = std::move(g);
 }
@@ -971,10 +991,12 @@ constexpr size_t kPackUnit = 4;
 // on every rank, the expert ranks read the rows straight from the sources' x instead of the pack
 // | all_to_all_v | unpack of NOTE [moe on the GPU]: a barrier of the group on the stream (every
 // source's x is written: its earlier kernels ended before its barrier kernel arrived), one gather
-// kernel that copies row i of recv_x from rank pull_rank[i]'s x (token pull_token[i]) through
-// the view's device table of peer addresses, and a second barrier (every expert rank is done
-// reading, so a source may overwrite x once it passes it). One pass over the bytes instead of
-// three, and no exchange buffers. Whether it applies is agreed per dispatch in one CPU
+// kernel that copies each row of recv_x from its source rank's x through the view's device table
+// of peer addresses, and a second barrier (every expert rank is done reading, so a source may
+// overwrite x once it passes it). The gather takes the rows in the order of the tokens they copy
+// (pull_dst), so the rows of one token (one per local expert it has) are copied by neighbouring
+// blocks at about the same time and its row comes from HBM once. One pass over the bytes instead
+// of three, and no exchange buffers. Whether it applies is agreed per dispatch in one CPU
 // all-reduce (every rank's yes, allocation id and offsets): the answer depends on pointers that
 // may differ by rank. SYMMEM_MOE_DIRECT=0 on any rank keeps the exchange.
 
@@ -1040,9 +1062,10 @@ void dispatch_gpu(const MoeLayout::Impl& l, const void* x, const float* x_scales
   if (agree_pull(l, bufs, o, views)) {
     pull_barrier(l, o);
     detail::MoeGatherArgs a;
-    a.rows = static_cast<int64_t>(l.rows);
+    a.rows = g.n_pull;
     a.index = g.pull_token;
     a.src_rank = g.pull_rank;
+    a.dst_index = g.pull_dst;
     a.seg[0] = {static_cast<const char*>(x), static_cast<int64_t>(row_bytes),
                 static_cast<char*>(recv_x), static_cast<int64_t>(row_bytes),
                 static_cast<int64_t>(row_bytes)};

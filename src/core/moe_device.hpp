@@ -33,6 +33,7 @@ struct MoeSegment {
 // segments move (a token's row and its fp8 scales; segments = 1 or 2). Block 0 also writes
 // count_out[p] = count_in[p] * count_scale for p < count_n (the byte counts of the
 // all_to_all_v that follows, from per-layout row counts; count_n = 0: none).
+// dst_index, when set, names the destination row of row i instead of i.
 // With src_rank set (a pull from symmetric memory, NOTE [moe pull dispatch] in
 // src/core/moe.cpp), row i is read from rank src_rank[i]'s buffer: segment s's source base is
 // peer_src[s][src_rank[i]] (a device table of every rank's address of the same symmetric view)
@@ -49,6 +50,8 @@ struct MoeGatherArgs {
   int64_t count_scale = 0;
   const int32_t* src_rank = nullptr;              // device, [rows]; null: seg[s].src
   void* const* peer_src[2] = {nullptr, nullptr};  // device tables, [world] each
+  const int32_t* dst_index =
+      nullptr;  // device, [rows]: row i goes to dst row dst_index[i]; null: i
 };
 
 // out[t] = sum over j in [0, topk) ascending with slot_row[t * topk + j] >= 0 of

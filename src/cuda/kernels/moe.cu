@@ -88,7 +88,8 @@ __global__ void __launch_bounds__(kMoeThreads) moe_gather_kernel(const GatherPar
       const detail::MoeSegment& g = a.seg[s];
       const char* src =
           a.src_rank != nullptr ? static_cast<const char*>(a.peer_src[s][a.src_rank[i]]) : g.src;
-      copy_bytes(g.dst + i * g.dst_stride, src + from * g.src_stride, g.bytes, p.width[s]);
+      const int64_t to = a.dst_index != nullptr ? a.dst_index[i] : i;
+      copy_bytes(g.dst + to * g.dst_stride, src + from * g.src_stride, g.bytes, p.width[s]);
     }
   }
 }
