@@ -25,28 +25,12 @@
 #include <string>
 #include <vector>
 
+#include "bench_cuda.hpp"
 #include "symmem/symmem.hpp"
 
 namespace {
 
-#define BENCH_CUDA(call)                                                      \
-  do {                                                                        \
-    cudaError_t e_ = (call);                                                  \
-    if (e_ != cudaSuccess) {                                                  \
-      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_)); \
-      std::exit(2);                                                           \
-    }                                                                         \
-  } while (0)
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
+using symmem::bench::split;
 
 __global__ void empty_kernel() {}
 

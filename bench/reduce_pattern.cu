@@ -41,20 +41,12 @@
 #include <string>
 #include <vector>
 
+#include "bench_cuda.hpp"
 #include "cuda/kernels/reduce.cu"  // reduce_range and share (anonymous namespace there)
 
 namespace {
 
 namespace K = symmem::cuda::kernels;
-
-#define PATTERN_CUDA(call)                                                    \
-  do {                                                                        \
-    cudaError_t e_ = (call);                                                  \
-    if (e_ != cudaSuccess) {                                                  \
-      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_)); \
-      std::exit(2);                                                           \
-    }                                                                         \
-  } while (0)
 
 enum class Variant : int {
   copy = 0,
@@ -176,7 +168,7 @@ void launch(Variant v, const PatternArgs& a, int blocks, cudaStream_t s) {
 void launch_world(int world, Variant v, const PatternArgs& a, int blocks, cudaStream_t s) {
   if (v == Variant::memcpy) {  // the driver's copy of the same bytes, rank by rank
     for (int p = 0; p < world; ++p)
-      PATTERN_CUDA(
+      BENCH_CUDA(
           cudaMemcpyAsync(a.out.inl[p], a.in.inl[p], a.count * 2, cudaMemcpyDeviceToDevice, s));
     return;
   }
@@ -194,7 +186,7 @@ void launch_world(int world, Variant v, const PatternArgs& a, int blocks, cudaSt
       std::fprintf(stderr, "reduce_pattern: --worlds takes 2, 4 or 8 (got %d)\n", world);
       std::exit(2);
   }
-  PATTERN_CUDA(cudaGetLastError());
+  BENCH_CUDA(cudaGetLastError());
 }
 
 // Bytes a variant reads plus writes, over all ranks.
@@ -215,15 +207,7 @@ double moved(Variant v, int world, double bytes) {
   return 0;
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
+using symmem::bench::split;
 
 std::vector<long long> numbers(const char* flag, const std::string& s) {
   std::vector<long long> out;
@@ -282,14 +266,14 @@ int main(int argc, char** argv) {
     }
   }
   int sms = 0;
-  PATTERN_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   cudaStream_t s = nullptr;
-  PATTERN_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   cudaEvent_t e0 = nullptr, e1 = nullptr;
-  PATTERN_CUDA(cudaEventCreate(&e0));
-  PATTERN_CUDA(cudaEventCreate(&e1));
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
   unsigned long long* bad = nullptr;
-  PATTERN_CUDA(cudaMalloc(&bad, sizeof(*bad)));
+  BENCH_CUDA(cudaMalloc(&bad, sizeof(*bad)));
   int failed = 0;
   for (const long long world : worlds) {
     for (const long long bytes : sizes) {
@@ -298,8 +282,8 @@ int main(int argc, char** argv) {
       PatternArgs a;
       a.count = count;
       for (int p = 0; p < world; ++p) {
-        PATTERN_CUDA(cudaMalloc(&in[p], count * 2));
-        PATTERN_CUDA(cudaMalloc(&out[p], count * 2));
+        BENCH_CUDA(cudaMalloc(&in[p], count * 2));
+        BENCH_CUDA(cudaMalloc(&out[p], count * 2));
         fill_kernel<<<1024, 256, 0, s>>>(reinterpret_cast<__nv_bfloat16*>(in[p]), count,
                                          static_cast<float>(p + 1));
         a.in.inl[p] = in[p];
@@ -314,13 +298,13 @@ int main(int argc, char** argv) {
           for (int w = 0; w < 3; ++w) launch_world(static_cast<int>(world), v, a, blocks, s);
           std::vector<float> us;
           for (int r = 0; r < repeats; ++r) {
-            PATTERN_CUDA(cudaEventRecord(e0, s));
+            BENCH_CUDA(cudaEventRecord(e0, s));
             for (int it = 0; it < iters; ++it)
               launch_world(static_cast<int>(world), v, a, blocks, s);
-            PATTERN_CUDA(cudaEventRecord(e1, s));
-            PATTERN_CUDA(cudaEventSynchronize(e1));
+            BENCH_CUDA(cudaEventRecord(e1, s));
+            BENCH_CUDA(cudaEventSynchronize(e1));
             float ms = 0;
-            PATTERN_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+            BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
             us.push_back(ms * 1000.0f / static_cast<float>(iters));
           }
           std::sort(us.begin(), us.end());
@@ -330,16 +314,16 @@ int main(int argc, char** argv) {
           if (v == Variant::copy) copy_tbs = tbs;
           bool ok = true;
           if (is_two_shot(v)) {
-            for (int p = 0; p < world; ++p) PATTERN_CUDA(cudaMemsetAsync(out[p], 0, count * 2, s));
+            for (int p = 0; p < world; ++p) BENCH_CUDA(cudaMemsetAsync(out[p], 0, count * 2, s));
             launch_world(static_cast<int>(world), v, a, blocks, s);
             const float want = static_cast<float>(world * (world + 1) / 2);
             for (int p = 0; p < world; ++p) {
-              PATTERN_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
+              BENCH_CUDA(cudaMemsetAsync(bad, 0, sizeof(*bad), s));
               count_bad_kernel<<<1024, 256, 0, s>>>(reinterpret_cast<__nv_bfloat16*>(out[p]), count,
                                                     want, bad);
               unsigned long long n = 0;
-              PATTERN_CUDA(cudaMemcpyAsync(&n, bad, sizeof(n), cudaMemcpyDeviceToHost, s));
-              PATTERN_CUDA(cudaStreamSynchronize(s));
+              BENCH_CUDA(cudaMemcpyAsync(&n, bad, sizeof(n), cudaMemcpyDeviceToHost, s));
+              BENCH_CUDA(cudaStreamSynchronize(s));
               ok = ok && n == 0;
             }
             failed += ok ? 0 : 1;
@@ -355,11 +339,11 @@ int main(int argc, char** argv) {
         }
       }
       for (int p = 0; p < world; ++p) {
-        PATTERN_CUDA(cudaFree(in[p]));
-        PATTERN_CUDA(cudaFree(out[p]));
+        BENCH_CUDA(cudaFree(in[p]));
+        BENCH_CUDA(cudaFree(out[p]));
       }
     }
   }
-  PATTERN_CUDA(cudaFree(bad));
+  BENCH_CUDA(cudaFree(bad));
   return failed == 0 ? 0 : 1;
 }
