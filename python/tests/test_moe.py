@@ -85,12 +85,18 @@ def weights_of(r, t, k):
     return rng.random((t, k), dtype=np.float32)
 
 
-def run(g, kind, tokens, k, local, h, mode="normal", max_tokens=0, seed=1):
+def run(g, kind, tokens, k, local, h, mode="normal", max_tokens=0, seed=1, sym=False):
+    """sym: x and y in symmetric memory, which dispatch and combine then read from the peers
+    directly (NOTE [moe pull dispatch]); the results must be the same bits."""
     w, me = g.world_size, g.rank
     experts = local * w
     idx_all = routing(kind, w, tokens, k, experts, seed)
     idx, t = idx_all[me], tokens[me]
     x = tokens_of(me, t, h)
+    if sym:  # one size on every rank: the most tokens any rank has
+        xs = np.from_dlpack(symmem.empty((max(max(tokens), 1), h), dtype="float32", group=g))
+        xs[:t] = x
+        x = xs[:t]
     layout = symmem.moe_layout(idx, experts, mode=mode, max_tokens=max_tokens, group=g)
     rows = expected_rows(idx_all, me, local)
     counts = [sum(1 for (s, tt, j) in rows if idx_all[s][tt, j] == me * local + e)
@@ -115,6 +121,13 @@ def run(g, kind, tokens, k, local, h, mode="normal", max_tokens=0, seed=1):
         assert np.array_equal(flat[i], tokens_of(s, tokens[s], h)[tt]), (i, s, tt, j)
     # The experts, then combine.
     y = np.zeros_like(flat)
+    if sym:  # room for the most rows any rank gets
+        most = max(len(expected_rows(idx_all, r, local)) for r in range(w))
+        if mode != "normal":
+            most = local * w * max_tokens
+        ys = np.from_dlpack(symmem.empty((max(most, 1), h), dtype="float32", group=g))
+        y = ys[:flat.shape[0]]
+        y[:] = 0
     for i, (s, tt, j) in zip(live, rows):
         y[i] = expert_fn(flat[i], idx_all[s][tt, j])
     wts = weights_of(me, t, k)
@@ -127,6 +140,19 @@ def run(g, kind, tokens, k, local, h, mode="normal", max_tokens=0, seed=1):
 def test_dispatch_combine(g, kind):
     w = g.world_size
     run(g, kind, tokens=[9 + 3 * r for r in range(w)], k=min(4, 2 * w), local=4, h=24)
+
+
+@pytest.mark.parametrize("kind", ["random", "dropped", "one_rank"])
+def test_pull_from_symmetric_memory(g, kind):
+    w = g.world_size
+    run(g, kind, tokens=[9 + 3 * r for r in range(w)], k=min(4, 2 * w), local=4, h=24, sym=True)
+
+
+def test_pull_with_ranks_without_tokens_and_low_latency(g):
+    w = g.world_size
+    run(g, "random", tokens=[0 if r % 2 else 11 for r in range(w)], k=2, local=3, h=16, sym=True)
+    run(g, "zipf", tokens=[5 + r for r in range(w)], k=2, local=2, h=8, mode="low_latency",
+        max_tokens=5 + w, sym=True)
 
 
 def test_some_ranks_without_tokens(g):

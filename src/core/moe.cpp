@@ -194,6 +194,12 @@ struct MoeLayout::Impl {
   const void* topk_dev = nullptr;
   bool idx64 = true;
   bool direct = false;  // every rank allows a direct dispatch (NOTE [moe direct dispatch])
+  // For a pull combine (NOTE [moe pull dispatch]), per (token, slot): the rank whose y holds its
+  // row and that row, or -1 (a dropped slot). pull_rows() fills them: a GPU layout when it is
+  // made, a CPU layout at its first combine (a collective there, not in moe_layout, whose errors
+  // after its exchange are one rank's own).
+  mutable std::once_flag pull_once;
+  mutable std::vector<int32_t> y_rank, y_row;
 };
 
 MoeLayout::MoeLayout() = default;
@@ -442,6 +448,37 @@ const void* host_topk(const void* topk_idx, DType idx_dtype, size_t tokens, int 
 
 const MoeLayout::Impl::CombinePlan& combine_plan(const MoeLayout::Impl& l);
 
+// For a pull combine (NOTE [moe pull dispatch]): each expert rank tells each source where that
+// source's rows of each local expert start in recv_x (and y), and the source numbers its own
+// entries per expert in (token, slot) order, the order of its rows there. Collective (one CPU
+// all_to_all of num_local_experts int64 per peer).
+void pull_rows(const MoeLayout::Impl& l, const OpOptions& o) {
+  const auto world = static_cast<size_t>(l.world);
+  const auto L = static_cast<size_t>(l.local);
+  const size_t n = l.tokens * static_cast<size_t>(l.k);
+  std::vector<int64_t> first_out(world * L, -1), first_in(world * L, -1);
+  for (size_t e = 0; e < L; ++e)
+    for (size_t i = l.expert_offset[e] + static_cast<size_t>(l.expert_counts[e]);
+         i-- > l.expert_offset[e];) {
+      const int64_t src = l.row_source[3 * i];
+      if (src >= 0) first_out[static_cast<size_t>(src) * L + e] = static_cast<int64_t>(i);
+    }
+  OpOptions cpu;
+  cpu.timeout = o.timeout;
+  cpu.device = Device::cpu();
+  all_to_all(first_out.data(), first_in.data(), L, DType::i64, l.group, cpu);
+  l.y_rank.assign(n, -1);
+  l.y_row.assign(n, -1);
+  std::vector<int64_t> seen(world * L, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t e = l.topk[i];
+    if (e < 0) continue;
+    const auto r = static_cast<size_t>(e) / L, le = static_cast<size_t>(e) % L;
+    l.y_rank[i] = static_cast<int32_t>(r);
+    l.y_row[i] = static_cast<int32_t>(first_in[r * L + le] + seen[r * L + le]++);
+  }
+}
+
 // A layout for GPU memory: agree on the packs' sizes and upload the index arrays (NOTE [moe on
 // the GPU]). Collective (one CPU all-reduce).
 void prepare_gpu(MoeLayout::Impl& l, const OpOptions& o, const char* op) {
@@ -481,27 +518,7 @@ void prepare_gpu(MoeLayout::Impl& l, const OpOptions& o, const char* op) {
                                std::to_string(most[2]) + "; the GPU path indexes them with int32");
   l.scratch_tokens = static_cast<size_t>(most[0]);
   l.scratch_rows = static_cast<size_t>(most[1]);
-  // For a pull combine (NOTE [moe pull dispatch]): each expert rank tells each source where its
-  // rows of each local expert start in recv_x (and y); the source counts its entries per expert
-  // in (token, slot) order, the order of its rows there.
-  const auto L = static_cast<size_t>(l.local);
-  std::vector<int64_t> first_out(world * L, -1), first_in(world * L, -1);
-  for (size_t e = 0; e < L; ++e)
-    for (size_t i = l.expert_offset[e] + static_cast<size_t>(l.expert_counts[e]);
-         i-- > l.expert_offset[e];) {
-      const int64_t src = l.row_source[3 * i];
-      if (src >= 0) first_out[static_cast<size_t>(src) * L + e] = static_cast<int64_t>(i);
-    }
-  all_to_all(first_out.data(), first_in.data(), L, DType::i64, l.group, cpu);
-  std::vector<int32_t> y_rank(l.tokens * k, -1), y_row(l.tokens * k, -1);
-  std::vector<int64_t> seen(world * L, 0);
-  for (size_t i = 0; i < l.tokens * k; ++i) {
-    const int64_t e = l.topk[i];
-    if (e < 0) continue;
-    const auto r = static_cast<size_t>(e) / L, le = static_cast<size_t>(e) % L;
-    y_rank[i] = static_cast<int32_t>(r);
-    y_row[i] = static_cast<int32_t>(first_in[r * L + le] + seen[r * L + le]++);
-  }
+  std::call_once(l.pull_once, [&] { pull_rows(l, o); });  // after the agreement: every rank
   // One host image of the device arrays: int64 counts_in, counts_out, then the int32 lists.
   auto g = std::make_shared<GpuIndex>();
   g->n_send = sent;
@@ -535,8 +552,8 @@ void prepare_gpu(MoeLayout::Impl& l, const OpOptions& o, const char* op) {
   for (size_t n = 0; n < n_pull; ++n)
     i32[at++] = static_cast<int32_t>(l.row_source[3 * static_cast<size_t>(pull[n]) + 1]);
   g->n_pull = static_cast<int64_t>(n_pull);
-  for (size_t i = 0; i < l.tokens * k; ++i) i32[at++] = y_rank[i];
-  for (size_t i = 0; i < l.tokens * k; ++i) i32[at++] = y_row[i];
+  for (size_t i = 0; i < l.tokens * k; ++i) i32[at++] = l.y_rank[i];
+  for (size_t i = 0; i < l.tokens * k; ++i) i32[at++] = l.y_row[i];
   const size_t bytes = image.size() * sizeof(int64_t);
   g->base = api->alloc(op, l.rank, l.device.index, bytes);
   g->api = api;
@@ -998,16 +1015,18 @@ constexpr size_t kPackUnit = 4;
 // blocks at about the same time and its row comes from HBM once. One pass over the bytes instead
 // of three, and no exchange buffers. Whether it applies is agreed per dispatch in one CPU
 // all-reduce (every rank's yes, allocation id and offsets): the answer depends on pointers that
-// may differ by rank. SYMMEM_MOE_DIRECT=0 on any rank keeps the exchange.
+// may differ by rank. SYMMEM_MOE_DIRECT=0 on any rank keeps the exchange. A CPU layout pulls the
+// same way from x and y in host-backend symmetric memory (barriers of the group on the CPU,
+// memcpy from the peers' mapped buffers, the same sums).
 
 // The symmetric view of `p` (`bytes`) when a pull may read it from every peer: memory of
-// `group` on the cuda backend, each peer's part mapped here.
-SymmetricMemory pull_view(const Group& group, const void* p, size_t bytes) {
+// `group` on `backend` (cuda for a GPU layout, host for a CPU one), each peer's part mapped here.
+SymmetricMemory pull_view(const Group& group, const void* p, size_t bytes, const char* backend) {
   if (p == nullptr) return {};
   SymmetricMemory v = find_symmetric(group, p, bytes);
   if (!v.valid()) return {};
   std::shared_ptr<Backend> b = backend_of(v);
-  if (b == nullptr || std::string(b->name()) != "cuda") return {};
+  if (b == nullptr || std::string(b->name()) != backend) return {};
   for (int q = 0; q < v.world_size(); ++q)
     if (!v.direct_access(q)) return {};
   return v;
@@ -1018,10 +1037,12 @@ SymmetricMemory pull_view(const Group& group, const void* p, size_t bytes) {
 // views[i]: bufs[i]'s symmetric view when it does.
 bool agree_pull(const MoeLayout::Impl& l, const std::pair<const void*, size_t> (&bufs)[2],
                 const OpOptions& o, SymmetricMemory (&views)[2]) {
-  bool ok = env::moe_direct();
+  // bufs[0] (x or y) is always read: null on a rank (no tokens, no rows) means no pull.
+  bool ok = env::moe_direct() && bufs[0].first != nullptr;
+  const char* backend = l.device.is_cuda() ? "cuda" : "host";
   for (int i = 0; i < 2 && ok; ++i)
     if (bufs[i].first != nullptr) {
-      views[i] = pull_view(l.group, bufs[i].first, std::max<size_t>(bufs[i].second, 1));
+      views[i] = pull_view(l.group, bufs[i].first, std::max<size_t>(bufs[i].second, 1), backend);
       ok = views[i].valid();
     }
   // The max of {not ok, then per buffer id and offset, then their negations}: the ranks agree
@@ -1297,6 +1318,26 @@ void moe_dispatch(const MoeLayout& layout, const void* x, DType dtype, size_t hi
                                   options, op);
   if (l.device.is_cuda())
     return dispatch_gpu(l, x, x_scales, recv_x, recv_scales, row_bytes, scale_bytes, options, op);
+  SymmetricMemory views[2];
+  const std::pair<const void*, size_t> bufs[2] = {
+      {x, l.tokens * row_bytes}, {scales ? x_scales : nullptr, l.tokens * scale_bytes}};
+  if (agree_pull(l, bufs, options, views)) {  // NOTE [moe pull dispatch], on the CPU
+    pull_barrier(l, options);
+    for (size_t i = 0; i < l.rows; ++i) {
+      const int64_t src = l.row_source[3 * i];
+      if (src < 0) continue;
+      const auto t = static_cast<size_t>(l.row_source[3 * i + 1]);
+      const auto q = static_cast<int>(src);
+      if (row_bytes)
+        std::memcpy(static_cast<uint8_t*>(recv_x) + i * row_bytes,
+                    static_cast<const uint8_t*>(views[0].ptr(q)) + t * row_bytes, row_bytes);
+      if (scales)
+        std::memcpy(recv_scales + i * scales,
+                    static_cast<const uint8_t*>(views[1].ptr(q)) + t * scale_bytes, scale_bytes);
+    }
+    pull_barrier(l, options);
+    return;
+  }
   const size_t pack = row_bytes + scale_bytes;
   const auto world = static_cast<size_t>(l.world);
   Scratch& buf = scratch();
@@ -1345,6 +1386,38 @@ void moe_combine(const MoeLayout& layout, const void* y, DType dtype, size_t hid
     return combine_gpu(l, y, dtype, hidden, topk_weights, out, row_bytes, options, op);
   const auto world = static_cast<size_t>(l.world);
   const size_t k = static_cast<size_t>(l.k);
+  // out[t] = sum over the live slots of weight x row, in f32, slot by slot; row_of(t * k + j)
+  // is the slot's row (null: a dropped slot).
+  auto sum_rows = [&](auto&& row_of) {
+    std::vector<float> acc(hidden), row_f32(hidden);
+    for (size_t t = 0; t < l.tokens; ++t) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (size_t j = 0; j < k; ++j) {
+        const uint8_t* row = row_of(t * k + j);
+        if (row == nullptr) continue;
+        const float w = topk_weights[t * k + j];
+        convert_to_f32(dtype, row, row_f32.data(), hidden);
+        for (size_t h = 0; h < hidden; ++h) {
+          const float prod = w * row_f32[h];  // rounded: no fused multiply-add (-ffp-contract=off)
+          acc[h] = acc[h] + prod;
+        }
+      }
+      convert_from_f32(dtype, acc.data(), static_cast<uint8_t*>(out) + t * row_bytes, hidden);
+    }
+  };
+  SymmetricMemory views[2];
+  const std::pair<const void*, size_t> bufs[2] = {{y, l.rows * row_bytes}, {nullptr, 0}};
+  std::call_once(l.pull_once, [&] { pull_rows(l, options); });  // collective: every rank's first
+  if (agree_pull(l, bufs, options, views)) {                    // NOTE [moe pull dispatch]
+    pull_barrier(l, options);
+    sum_rows([&](size_t i) -> const uint8_t* {
+      if (l.y_row[i] < 0) return nullptr;
+      return static_cast<const uint8_t*>(views[0].ptr(l.y_rank[i])) +
+             static_cast<size_t>(l.y_row[i]) * row_bytes;
+    });
+    pull_barrier(l, options);
+    return;
+  }
   // Back to the token ranks: rows of each source in layout order.
   Scratch& buf = scratch();
   std::vector<uint8_t>&send = buf.send, &recv = buf.recv;
@@ -1362,22 +1435,10 @@ void moe_combine(const MoeLayout& layout, const void* y, DType dtype, size_t hid
     recv_bytes[r] = plan.back_count[r] * static_cast<int64_t>(row_bytes);
   const std::vector<int64_t>& slot_row = plan.slot_row;  // (t, j) -> row in recv
   exchange(send, send_bytes, recv, recv_bytes, l.group, options);
-  std::vector<float> acc(hidden), row_f32(hidden);
-  for (size_t t = 0; t < l.tokens; ++t) {
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    for (size_t j = 0; j < k; ++j) {
-      int64_t row = slot_row[t * k + j];
-      if (row < 0) continue;
-      const float w = topk_weights[t * k + j];
-      convert_to_f32(dtype, recv.data() + static_cast<size_t>(row) * row_bytes, row_f32.data(),
-                     hidden);
-      for (size_t h = 0; h < hidden; ++h) {
-        const float prod = w * row_f32[h];  // rounded: no fused multiply-add (-ffp-contract=off)
-        acc[h] = acc[h] + prod;
-      }
-    }
-    convert_from_f32(dtype, acc.data(), static_cast<uint8_t*>(out) + t * row_bytes, hidden);
-  }
+  sum_rows([&](size_t i) -> const uint8_t* {
+    const int64_t row = slot_row[i];
+    return row < 0 ? nullptr : recv.data() + static_cast<size_t>(row) * row_bytes;
+  });
 }
 
 }  // namespace symmem
