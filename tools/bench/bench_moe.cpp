@@ -3,7 +3,7 @@
 //
 //   symmem-run -n 4 -- symmem-bench --op moe_dispatch --tokens 128 --hidden 7168 --topk 8
 //       --experts 256 [--fp8] [--mode ll|normal] [--routing random|zipf] [--seed S]
-//       [--backend host|cuda|nccl|nvshmem]
+//       [--backend host|cuda|nccl|nvshmem] [--symmetric]
 //
 // Tokens are small integers (exact in bf16 and fp8 e4m3), the experts scale their rows by a small
 // integer, so dispatch and combine have one exact answer each. dispatch times moe_layout plus
@@ -15,6 +15,8 @@
 // stream and a time is the wall time of the call up to the device's completion (the results are
 // read back and checked the same way). --mode ll on a GPU times xfer(us) and combine on a layout
 // routed on the device (MoeOptions::device_layout), checked against the host-routed one.
+// --symmetric puts x, its scales and y in symmetric memory, from which dispatch and combine then
+// read directly (NOTE [moe pull dispatch] in src/core/moe.cpp).
 
 #include <algorithm>
 #include <chrono>
@@ -42,6 +44,7 @@ struct MoeArgs {
   int topk = 8, experts = 0;  // 0: 8 per rank
   bool fp8 = false;
   bool ll = false;
+  bool symmetric = false;  // x, its scales and y in symmetric memory: the pull (docs/moe.md)
   std::string backend = "host";
   std::string routing = "random";
   unsigned seed = 1;
@@ -55,7 +58,9 @@ struct MoeArgs {
                "                    [--experts E] [--fp8] [--mode normal|ll] "
                "[--routing random|zipf]\n"
                "                    [--seed S] [-n ITERS] [-w WARMUP] "
-               "[--backend host|cuda|nccl|nvshmem]\n"
+               "[--backend host|cuda|nccl|nvshmem] [--symmetric]\n"
+               "--symmetric: x, its scales and y in symmetric memory (the expert ranks and the\n"
+               "token ranks then read them from the peers directly).\n"
                "Defaults: --tokens 128 --hidden 7168 --topk 8 --experts 8 x ranks --mode normal "
                "-n 10 -w 2.\n";
   std::exit(2);
@@ -82,6 +87,8 @@ MoeArgs parse_moe(int argc, char** argv) {
       a.experts = std::stoi(val());
     else if (k == "--fp8")
       a.fp8 = true;
+    else if (k == "--symmetric")
+      a.symmetric = true;
     else if (k == "--mode") {
       std::string m = val();
       if (m != "ll" && m != "low_latency" && m != "normal") moe_usage("unknown --mode " + m);
@@ -208,11 +215,21 @@ int moe_main(int argc, char** argv) {
   for (size_t i = 0; i < weights.size(); ++i) weights[i] = 0.125f * static_cast<float>(1 + i % 4);
   Buf d_idx(io.get(), mine.size() * 8), d_x(io.get(), x.size()), d_sc(io.get(), scales.size() * 4),
       d_w(io.get(), weights.size() * 4);
+  // --symmetric: x and its scales in symmetric memory (every rank has T tokens: one size).
+  SymmetricMemory x_sym, sc_sym, y_sym;
+  void* x_p = d_x.p;
+  void* sc_p = d_sc.p;
+  if (a.symmetric) {
+    x_sym = allocate(g, std::max<size_t>(x.size(), 1), device);
+    sc_sym = allocate(g, std::max<size_t>(scales.size() * 4, 1), device);
+    x_p = x_sym.ptr(rank);
+    sc_p = sc_sym.ptr(rank);
+  }
   if (!mine.empty()) io->upload(d_idx.p, mine.data(), mine.size() * 8);
-  if (!x.empty()) io->upload(d_x.p, x.data(), x.size());
-  if (!scales.empty()) io->upload(d_sc.p, scales.data(), scales.size() * 4);
+  if (!x.empty()) io->upload(x_p, x.data(), x.size());
+  if (!scales.empty()) io->upload(sc_p, scales.data(), scales.size() * 4);
   if (!weights.empty()) io->upload(d_w.p, weights.data(), weights.size() * 4);
-  auto* x_scales = a.fp8 ? static_cast<float*>(d_sc.p) : nullptr;
+  auto* x_scales = a.fp8 ? static_cast<float*>(sc_p) : nullptr;
 
   MoeOptions mo;
   mo.device = device;
@@ -227,7 +244,17 @@ int moe_main(int argc, char** argv) {
   auto* recv_scales_p = a.fp8 ? static_cast<float*>(d_rsc.p) : nullptr;
   OpOptions oo;
   oo.device = device;
-  moe_dispatch(layout, d_x.p, xt, H, x_scales, d_recv.p, recv_scales_p, oo);
+  OpOptions cpu;
+  cpu.device = Device::cpu();
+  void* y_p = d_y.p;
+  if (a.symmetric) {  // y has recv_rows rows, which differ by rank: the most any rank has
+    const auto mine_rows = static_cast<int64_t>(rows);
+    int64_t most = 0;
+    all_reduce(&mine_rows, &most, 1, DType::i64, ReduceOp::max, g, cpu);
+    y_sym = allocate(g, std::max<size_t>(static_cast<size_t>(most) * H * 2, 1), device);
+    y_p = y_sym.ptr(rank);
+  }
+  moe_dispatch(layout, x_p, xt, H, x_scales, d_recv.p, recv_scales_p, oo);
   io->synchronize();
   std::vector<uint8_t> recv(rows * H * es);
   std::vector<float> recv_scales(rows * S);
@@ -260,8 +287,8 @@ int moe_main(int argc, char** argv) {
         y[i * H + h] = bf16(f * v);
       }
   }
-  if (!y.empty()) io->upload(d_y.p, y.data(), y.size() * 2);
-  moe_combine(layout, d_y.p, DType::bf16, H, static_cast<float*>(d_w.p), d_out.p, oo);
+  if (!y.empty()) io->upload(y_p, y.data(), y.size() * 2);
+  moe_combine(layout, y_p, DType::bf16, H, static_cast<float*>(d_w.p), d_out.p, oo);
   io->synchronize();
   std::vector<uint16_t> out(T * H);
   if (!out.empty()) io->download(out.data(), d_out.p, out.size() * 2);
@@ -300,8 +327,8 @@ int moe_main(int argc, char** argv) {
     MoeOptions dmo = mo;
     dmo.device_layout = true;
     moved = moe_layout(d_idx.p, DType::i64, T, a.topk, experts, g, dmo);
-    moe_dispatch(moved, d_x.p, xt, H, x_scales, d_recv.p, recv_scales_p, oo);
-    moe_combine(moved, d_y.p, DType::bf16, H, static_cast<float*>(d_w.p), d_out.p, oo);
+    moe_dispatch(moved, x_p, xt, H, x_scales, d_recv.p, recv_scales_p, oo);
+    moe_combine(moved, y_p, DType::bf16, H, static_cast<float*>(d_w.p), d_out.p, oo);
     io->synchronize();
     std::vector<uint8_t> recv_d(rows * H * es);
     std::vector<float> scales_d(rows * S);
@@ -317,8 +344,6 @@ int moe_main(int argc, char** argv) {
     wrong += out_d != out;
   }
   // Timing: the whole call (dispatch: layout + dispatch), then the data movement alone.
-  OpOptions cpu;
-  cpu.device = Device::cpu();
   auto timed = [&](bool with_layout) {
     std::vector<double> times;
     for (int it = 0; it < a.warmup + a.iters; ++it) {
@@ -327,12 +352,12 @@ int moe_main(int argc, char** argv) {
       if (a.op == "moe_dispatch") {
         if (with_layout) {
           MoeLayout l = moe_layout(d_idx.p, DType::i64, T, a.topk, experts, g, mo);
-          moe_dispatch(l, d_x.p, xt, H, x_scales, d_recv.p, recv_scales_p, oo);
+          moe_dispatch(l, x_p, xt, H, x_scales, d_recv.p, recv_scales_p, oo);
         } else {
-          moe_dispatch(moved, d_x.p, xt, H, x_scales, d_recv.p, recv_scales_p, oo);
+          moe_dispatch(moved, x_p, xt, H, x_scales, d_recv.p, recv_scales_p, oo);
         }
       } else {
-        moe_combine(moved, d_y.p, DType::bf16, H, static_cast<float*>(d_w.p), d_out.p, oo);
+        moe_combine(moved, y_p, DType::bf16, H, static_cast<float*>(d_w.p), d_out.p, oo);
       }
       io->synchronize();
       if (it >= a.warmup) times.push_back(now_us() - t0);
@@ -362,10 +387,10 @@ int moe_main(int argc, char** argv) {
       bytes += v[2];
       bad += v[3];
     }
-    std::printf("# symmem-bench %s: backend %s, ranks %d, mode %s, dtype %s, routing %s\n",
+    std::printf("# symmem-bench %s: backend %s, ranks %d, mode %s, dtype %s, routing %s%s\n",
                 a.op.c_str(), resolve_backend(g, device).c_str(), world,
                 a.ll ? "low_latency" : "normal", a.fp8 ? "f8e4m3+scales" : "bf16",
-                a.routing.c_str());
+                a.routing.c_str(), a.symmetric ? ", x and y symmetric" : "");
     std::printf("%8s %7s %5s %8s %12s %12s %12s %12s %8s\n", "tokens", "hidden", "topk", "experts",
                 "med(us)", "xfer(us)", "bytes", "GB/s", "#wrong");
     std::printf("%8zu %7zu %5d %8d %12.1f %12.1f %12.0f %12.3f %8.0f\n", T, H, a.topk, experts,
