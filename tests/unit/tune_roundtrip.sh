@@ -27,6 +27,19 @@ else:
     assert s == [], s
 PY
 
+# 1b. 4 ranks (a reduced grid): the crossover for 2, 3 and 4 ranks, the spin where the ranks do
+#     not outnumber the cores, and the earlier file's other entries kept.
+"$run" -n 4 -- "$tune" --out "$t/tuning4.json" --max-bytes 8K -n 2 > "$t/tune4.log" 2>&1 \
+  || { cat "$t/tune4.log"; fail "symmem-tune on 4 ranks failed"; }
+python3 - "$t/tuning4.json" <<'PY' || fail "the 4-rank tuning file is not as expected"
+import json, os, sys
+e = json.load(open(sys.argv[1]))["entries"]
+w = sorted(x["world"] for x in e if x["key"] == "all_reduce.one_shot_max_bytes")
+assert w == [2, 3, 4], e
+s = sorted(x["world"] for x in e if x["key"] == "wait.spin_us")
+assert s == [n for n in (2, 3, 4) if n <= os.cpu_count()], (s, os.cpu_count())
+PY
+
 # 2. An entry of 0 for this machine: auto runs a 4 KiB all_reduce as two_shot, and says why.
 sig=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["entries"][0]["signature"])' "$t/tuning.json")
 python3 - "$t/zero.json" "$sig" <<'PY'
