@@ -307,7 +307,9 @@ void bind_moe(nb::module_& m) {
       "Collective: sends the tokens x [tokens, hidden] to their experts' ranks; recv_x "
       "(layout.recv_shape(hidden)) gets them grouped by local expert. fp8 x carries x_scales "
       "[tokens, hidden/128] float32 into recv_scales. Every array on the layout's device; on a GPU "
-      "the op is enqueued on `stream` (None: torch's current stream).");
+      "the op is enqueued on `stream` (None: torch's current stream). With x (and x_scales) in "
+      "symmetric memory of the group on every rank (symmem.empty), the expert ranks read the "
+      "rows from it directly instead of exchanging packs (docs/moe.md).");
 
   m.def(
       "moe_combine",
@@ -343,7 +345,8 @@ void bind_moe(nb::module_& m) {
               "-> None"),
       "Collective: brings the experts' outputs y (recv_x's layout) back and writes out "
       "[tokens, hidden] = the sum over each token's top-k slots of topk_weights * y, in f32, "
-      "slot by slot.");
+      "slot by slot. With y in symmetric memory of the group on every rank (symmem.empty), the "
+      "token ranks read the rows from it directly (docs/moe.md).");
 }
 
 }  // namespace symmem::py

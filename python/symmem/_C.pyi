@@ -686,10 +686,10 @@ def moe_layout_restore(topk_idx: object, num_experts: int, row_source: object, e
 
 def moe_dispatch(x: object, layout: MoeLayout, recv_x: object, *, x_scales: object = None, recv_scales: object = None, timeout: float | datetime.timedelta | None = None, stream: object = None) -> None:
     """
-    Collective: sends the tokens x [tokens, hidden] to their experts' ranks; recv_x (layout.recv_shape(hidden)) gets them grouped by local expert. fp8 x carries x_scales [tokens, hidden/128] float32 into recv_scales. Every array on the layout's device; on a GPU the op is enqueued on `stream` (None: torch's current stream).
+    Collective: sends the tokens x [tokens, hidden] to their experts' ranks; recv_x (layout.recv_shape(hidden)) gets them grouped by local expert. fp8 x carries x_scales [tokens, hidden/128] float32 into recv_scales. Every array on the layout's device; on a GPU the op is enqueued on `stream` (None: torch's current stream). With x (and x_scales) in symmetric memory of the group on every rank (symmem.empty), the expert ranks read the rows from it directly instead of exchanging packs (docs/moe.md).
     """
 
 def moe_combine(y: object, layout: MoeLayout, topk_weights: object, out: object, *, timeout: float | datetime.timedelta | None = None, stream: object = None) -> None:
     """
-    Collective: brings the experts' outputs y (recv_x's layout) back and writes out [tokens, hidden] = the sum over each token's top-k slots of topk_weights * y, in f32, slot by slot.
+    Collective: brings the experts' outputs y (recv_x's layout) back and writes out [tokens, hidden] = the sum over each token's top-k slots of topk_weights * y, in f32, slot by slot. With y in symmetric memory of the group on every rank (symmem.empty), the token ranks read the rows from it directly (docs/moe.md).
     """
