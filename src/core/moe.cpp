@@ -196,8 +196,8 @@ struct MoeLayout::Impl {
   bool direct = false;  // every rank allows a direct dispatch (NOTE [moe direct dispatch])
   // For a pull combine (NOTE [moe pull dispatch]), per (token, slot): the rank whose y holds its
   // row and that row, or -1 (a dropped slot). pull_rows() fills them: a GPU layout when it is
-  // made, a CPU layout at its first combine (a collective there, not in moe_layout, whose errors
-  // after its exchange are one rank's own).
+  // made, a CPU layout at its first pulled combine (a collective there, not in moe_layout, whose
+  // errors after its exchange are one rank's own).
   mutable std::once_flag pull_once;
   mutable std::vector<int32_t> y_rank, y_row;
 };
@@ -1025,8 +1025,7 @@ SymmetricMemory pull_view(const Group& group, const void* p, size_t bytes, const
   if (p == nullptr) return {};
   SymmetricMemory v = find_symmetric(group, p, bytes);
   if (!v.valid()) return {};
-  std::shared_ptr<Backend> b = backend_of(v);
-  if (b == nullptr || std::string(b->name()) != backend) return {};
+  if (v.backend() != backend) return {};
   for (int q = 0; q < v.world_size(); ++q)
     if (!v.direct_access(q)) return {};
   return v;
@@ -1407,8 +1406,9 @@ void moe_combine(const MoeLayout& layout, const void* y, DType dtype, size_t hid
   };
   SymmetricMemory views[2];
   const std::pair<const void*, size_t> bufs[2] = {{y, l.rows * row_bytes}, {nullptr, 0}};
-  std::call_once(l.pull_once, [&] { pull_rows(l, options); });  // collective: every rank's first
-  if (agree_pull(l, bufs, options, views)) {                    // NOTE [moe pull dispatch]
+  if (agree_pull(l, bufs, options, views)) {  // NOTE [moe pull dispatch]
+    // Collective: every rank agreed to pull, so every rank runs it in this call.
+    std::call_once(l.pull_once, [&] { pull_rows(l, options); });
     pull_barrier(l, options);
     sum_rows([&](size_t i) -> const uint8_t* {
       if (l.y_row[i] < 0) return nullptr;
