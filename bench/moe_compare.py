@@ -277,6 +277,29 @@ def worker(args):
                     report["timings"][f"dispatch_fp8/{T}"] = median_us(
                         f"dispatch_fp8/{T}",
                         lambda: symmem.moe_dispatch(x8, layout, r8, x_scales=sc, recv_scales=rs))
+                    # fp8 with x and its scales in symmetric memory: pulled as the bf16 above
+                    # (allocated as bytes, viewed as e4m3).
+                    def fp8_pulled(T=T, x8=x8, sc=sc, r8=r8, rs=rs, layout=layout, want=want):
+                        x8s = torch.from_dlpack(symmem.empty((max(T, 1), H), dtype="uint8",
+                                                             device=dev, group=g))[:T]
+                        x8s = x8s.view(torch.float8_e4m3fn)
+                        x8s.copy_(x8)
+                        scs = torch.from_dlpack(symmem.empty((max(T, 1), H // 128),
+                                                             dtype="float32", device=dev,
+                                                             group=g))[:T]
+                        scs.copy_(sc)
+                        r8z, rsz = torch.zeros_like(r8), torch.zeros_like(rs)
+                        symmem.moe_dispatch(x8s, layout, r8z, x_scales=scs, recv_scales=rsz)
+                        settle()
+                        report["results"][f"dispatch_fp8_zc/{T}"] = {
+                            "ok": bool(torch.equal(r8z.float(), want.float())
+                                       and torch.equal(rsz, rs)),
+                            "sha256": digest(torch, r8z)}
+                        report["timings"][f"dispatch_fp8_zc/{T}"] = median_us(
+                            f"dispatch_fp8_zc/{T}",
+                            lambda: symmem.moe_dispatch(x8s, layout, r8z, x_scales=scs,
+                                                        recv_scales=rsz))
+                    attempt(f"dispatch_fp8_zc/{T}", fp8_pulled)
                     # combine: y = recv, every weight 1/8: out = x * (live slots) / 8, exact.
                     out = torch.empty((T, H), dtype=bf16, device=device)
                     symmem.moe_combine(recv, layout, w, out)
@@ -455,9 +478,9 @@ def driver(args):
              f"{args.experts} experts, bf16 unless noted; slowest rank's median us per call "
              "(GB/s: bytes a rank sends / time)", "",
              "| tokens/rank | torch a2av_2d | symmem dispatch | x symmetric | +layout | fp8 "
-             "| ll graph | combine | y symmetric | ll graph | all_to_all same bytes "
+             "| fp8 x symmetric | ll graph | combine | y symmetric | ll graph | all_to_all same bytes "
              "| torch / symmem |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     bad = []
     for T in [int(x) for x in args.tokens.split(",")]:
         def cell(reps, key, nbytes_key=None):
@@ -473,7 +496,7 @@ def driver(args):
         lines.append(
             f"| {T} | {cell(t, f'a2av_2d/{T}')} | {cell(s, f'dispatch/{T}')} "
             f"| {cell(s, f'dispatch_zc/{T}')} | {cell(s, f'dispatch+layout/{T}')} | {cell(s, f'dispatch_fp8/{T}')} "
-            f"| {cell(s, f'dispatch_ll_graph/{T}')} | {cell(s, f'combine/{T}')} "
+            f"| {cell(s, f'dispatch_fp8_zc/{T}')} | {cell(s, f'dispatch_ll_graph/{T}')} | {cell(s, f'combine/{T}')} "
             f"| {cell(s, f'combine_zc/{T}')} | {cell(s, f'combine_ll_graph/{T}')} | {cell(s, f'all_to_all/{T}')} "
             f"| {f'{tt / sd:.2f}x' if tt and sd else '-'} |")
         for r in range(args.np):

@@ -19,7 +19,14 @@
 //                choice is 2 for N <= 4, 1 for N = 8: kUnitsInFlight in reduce.cu);
 //   two_shot_cs: two_shot with streaming stores (st.global.cs: evict first);
 //   memcpy:      cudaMemcpyAsync of in[r] to out[r] for every r (the driver's copy kernels; not
-//                in the default list).
+//                in the default list);
+//   two_shot_bulk: two_shot whose loads are TMA bulk copies (cp.async.bulk, sm_90) of 8 KiB
+//                tiles of every peer's shard into shared memory, several tiles in flight per
+//                block (an mbarrier per stage), reduced from shared memory and stored into every
+//                out[p] with ordinary 16-byte stores: more bytes in flight per SM without the
+//                registers that more units per thread take;
+//   two_shot_bulk_st: the same, and the reduced tile is written back with bulk copies from
+//                shared memory to every out[p] as well.
 // Rows (JSON, one per line): variant, world, bytes, blocks (per rank), us, bytes moved, TB/s, and
 // for the two_shot variants their share of copy's rate. Their output is checked (out zeroed, one
 // launch; every in[p] holds p + 1, so every element of every out must be N (N + 1) / 2): exit
@@ -56,13 +63,16 @@ enum class Variant : int {
   two_shot_u1 = 4,
   two_shot_u4 = 5,
   two_shot_cs = 6,
-  memcpy = 7
+  memcpy = 7,
+  two_shot_bulk = 8,
+  two_shot_bulk_st = 9
 };
-const char* const kVariantNames[] = {"copy",        "two_shot",    "reduce_only", "push_only",
-                                     "two_shot_u1", "two_shot_u4", "two_shot_cs", "memcpy"};
+const char* const kVariantNames[] = {"copy",          "two_shot",        "reduce_only", "push_only",
+                                     "two_shot_u1",   "two_shot_u4",     "two_shot_cs", "memcpy",
+                                     "two_shot_bulk", "two_shot_bulk_st"};
 constexpr bool is_two_shot(Variant v) {
   return v == Variant::two_shot || v == Variant::two_shot_u1 || v == Variant::two_shot_u4 ||
-         v == Variant::two_shot_cs;
+         v == Variant::two_shot_cs || v == Variant::two_shot_bulk || v == Variant::two_shot_bulk_st;
 }
 
 __device__ __forceinline__ void st_v4_cs(void* addr, uint4 v) {
@@ -120,6 +130,140 @@ __global__ void __launch_bounds__(K::kThreads, 2) pattern_kernel(const PatternAr
   }
 }
 
+// ---- the TMA variants (two_shot_bulk, two_shot_bulk_st) ---------------------------------------
+// NOTE [bulk two-shot]
+// Block (b, r) walks its share of shard r in tiles of kTile bytes. Stage s of kStages holds one
+// tile of every peer's input (kN x kTile bytes) and, for bulk stores, the reduced tile. Thread 0
+// arms the stage's mbarrier with the tile's byte count and issues one cp.async.bulk per peer;
+// every thread waits on the mbarrier's phase, reduces its units from shared memory in rank order
+// (the same Vec arithmetic as reduce_full_units, so the bits are the kernel's), and stores. After
+// a __syncthreads (nobody reads the stage any more) thread 0 refills the stage with the tile
+// kStages ahead, so kStages x kN x kTile bytes are in flight per block while it reduces.
+constexpr int64_t kTile = 8192;  // bytes per peer per tile: 512 units, one per thread
+
+template <int kN>
+inline constexpr int kBulkStages = (192 * 1024) / ((kN + 1) * kTile) < 4
+                                       ? static_cast<int>((192 * 1024) / ((kN + 1) * kTile))
+                                       : 4;
+template <int kN>
+inline constexpr size_t kBulkSmem = static_cast<size_t>(kBulkStages<kN>) * (kN + 1) * kTile +
+                                    8 * static_cast<size_t>(kBulkStages<kN>);
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+template <int kN, bool kBulkStore>
+__global__ void __launch_bounds__(K::kThreads, 1) bulk_kernel(const PatternArgs a) {
+  constexpr int kS = kBulkStages<kN>;
+  constexpr int64_t kTileUnits = kTile / 16;
+  extern __shared__ __align__(128) unsigned char smem[];
+  unsigned char* in_buf = smem;                                   // [kS][kN][kTile]
+  unsigned char* out_buf = smem + kS * kN * kTile;                // [kS][kTile]
+  auto* bar = reinterpret_cast<uint64_t*>(out_buf + kS * kTile);  // [kS]
+  const int r = static_cast<int>(blockIdx.y);
+  const int64_t units = a.count / 8;  // whole units (the bench's counts are)
+  const K::Range range = K::share(units, kN, r, gridDim.x, blockIdx.x);
+  const int64_t tiles = (range.hi - range.lo + kTileUnits - 1) / kTileUnits;
+  auto tile_units = [&](int64_t t) {
+    const int64_t left = range.hi - (range.lo + t * kTileUnits);
+    return left < kTileUnits ? left : kTileUnits;
+  };
+  auto issue = [&](int64_t t) {  // thread 0: tile t into its stage
+    const int s = static_cast<int>(t % kS);
+    const uint32_t bytes = static_cast<uint32_t>(tile_units(t) * 16);
+    const uint32_t b = smem_addr(&bar[s]);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes * kN)
+                 : "memory");
+    const int64_t off = (range.lo + t * kTileUnits) * 16;
+#pragma unroll
+    for (int p = 0; p < kN; ++p) {
+      asm volatile(
+          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+          "[%3];" ::"r"(smem_addr(in_buf + (s * kN + p) * kTile)),
+          "l"(K::peer(a.in, p) + off), "r"(bytes), "r"(b)
+          : "memory");
+    }
+  };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kS; ++s)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&bar[s])) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int64_t t = 0; t < tiles && t < kS; ++t) issue(t);
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int s = static_cast<int>(t % kS);
+    const uint32_t parity = static_cast<uint32_t>((t / kS) & 1);
+    const uint32_t b = smem_addr(&bar[s]);
+    uint32_t done = 0;
+    while (!done) {
+      asm volatile(
+          "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+          "selp.u32 %0, 1, 0, p; }"
+          : "=r"(done)
+          : "r"(b), "r"(parity)
+          : "memory");
+    }
+    if constexpr (kBulkStore) {
+      // The stores of tile t - kS read this stage's out_buf: done before it is rewritten.
+      if (threadIdx.x == 0 && t >= kS)
+        asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kS - 1) : "memory");
+      __syncthreads();
+    }
+    const int64_t n = tile_units(t);
+    const int64_t base = (range.lo + t * kTileUnits) * 16;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      K::Vec<kType, 16> acc;
+      acc.load(reinterpret_cast<const uint4*>(in_buf + (s * kN) * kTile)[i]);
+#pragma unroll
+      for (int p = 1; p < kN; ++p)
+        acc.combine_with(K::KRed::sum,
+                         reinterpret_cast<const uint4*>(in_buf + (s * kN + p) * kTile)[i]);
+      uint4 y;
+      acc.store(K::KRed::sum, kN, y);
+      if constexpr (kBulkStore) {
+        reinterpret_cast<uint4*>(out_buf + s * kTile)[i] = y;
+      } else {
+#pragma unroll
+        for (int p = 0; p < kN; ++p) K::dev::st_v4(K::peer(a.out, p) + base + i * 16, y);
+      }
+    }
+    if constexpr (kBulkStore) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();  // the stage's inputs are read (and its output written)
+    if (threadIdx.x == 0) {
+      if constexpr (kBulkStore) {
+#pragma unroll
+        for (int p = 0; p < kN; ++p) {
+          asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(
+                           K::peer(a.out, p) + base),
+                       "r"(smem_addr(out_buf + s * kTile)), "r"(static_cast<uint32_t>(n * 16))
+                       : "memory");
+        }
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      }
+      if (t + kS < tiles) issue(t + kS);
+    }
+  }
+  if constexpr (kBulkStore) {
+    if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  }
+}
+
+template <int kN, bool kBulkStore>
+void launch_bulk(const PatternArgs& a, int blocks, cudaStream_t s) {
+  static bool attr = false;
+  if (!attr) {
+    BENCH_CUDA(cudaFuncSetAttribute(bulk_kernel<kN, kBulkStore>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(kBulkSmem<kN>)));
+    attr = true;
+  }
+  const dim3 grid(static_cast<unsigned>(blocks), kN);
+  bulk_kernel<kN, kBulkStore><<<grid, K::kThreads, kBulkSmem<kN>, s>>>(a);
+}
+
 __global__ void fill_kernel(__nv_bfloat16* p, int64_t n, float v) {
   const __nv_bfloat16 x = __float2bfloat16(v);
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -160,6 +304,12 @@ void launch(Variant v, const PatternArgs& a, int blocks, cudaStream_t s) {
     case Variant::two_shot_cs:
       pattern_kernel<kN, Variant::two_shot_cs><<<grid, K::kThreads, 0, s>>>(a);
       break;
+    case Variant::two_shot_bulk:
+      launch_bulk<kN, false>(a, blocks, s);
+      break;
+    case Variant::two_shot_bulk_st:
+      launch_bulk<kN, true>(a, blocks, s);
+      break;
     case Variant::memcpy:  // launch_world's
       break;
   }
@@ -198,6 +348,8 @@ double moved(Variant v, int world, double bytes) {
     case Variant::two_shot_u1:
     case Variant::two_shot_u4:
     case Variant::two_shot_cs:
+    case Variant::two_shot_bulk:
+    case Variant::two_shot_bulk_st:
       return 2.0 * world * bytes;
     case Variant::reduce_only:
       return (world + 1.0) * bytes;
@@ -228,9 +380,10 @@ std::vector<long long> numbers(const char* flag, const std::string& s) {
 
 int main(int argc, char** argv) {
   std::vector<long long> worlds = {2, 4}, sizes = {1 << 20, 16 << 20, 64 << 20}, per_sm = {1};
-  std::vector<Variant> variants = {Variant::copy,       Variant::two_shot,    Variant::reduce_only,
-                                   Variant::push_only,  Variant::two_shot_u1, Variant::two_shot_u4,
-                                   Variant::two_shot_cs};
+  std::vector<Variant> variants = {
+      Variant::copy,        Variant::two_shot,      Variant::reduce_only,
+      Variant::push_only,   Variant::two_shot_u1,   Variant::two_shot_u4,
+      Variant::two_shot_cs, Variant::two_shot_bulk, Variant::two_shot_bulk_st};
   int iters = 20, repeats = 5;
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
