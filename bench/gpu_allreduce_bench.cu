@@ -6,7 +6,9 @@
 //    "us":12.3,"correct":true}
 // Before timing each (size, algo) it checks the result once (every rank contributes rank+1, so
 // the sum is world*(world+1)/2, exact in bf16 for the world sizes used). Exits 1 when a check
-// fails.
+// fails. Baseline rows first: launch_baseline (host cost of a bare launch), flag_floor (a graph
+// of one-flag-round-trip kernels: the floor of a small collective, per polling load) and, with a
+// size >= 16 MiB, copy_baseline.
 //
 // usage: gpu_allreduce_bench [--sizes B,B,...] [--dtype bf16|f16|f32] [--algos
 // auto,one_shot,two_shot]
@@ -33,6 +35,32 @@ namespace {
 using symmem::bench::split;
 
 __global__ void empty_kernel() {}
+
+// The floor of a small collective in a graph (issue #19): one launch that does one flag round
+// trip with every peer and nothing else. Thread p stores this launch's epoch into slot `rank` of
+// peer p's flags (a release store at system scope) and polls slot p of its own until peer p's
+// epoch arrives: ld.volatile (what the LL kernels poll with) or ld.acquire.sys. The epoch is a
+// per-rank device counter, so a graph replays the same launch.
+template <bool kAcquire>
+__global__ void flag_round_trip_kernel(uint64_t* const* peers, int rank, int world,
+                                       uint64_t* epoch) {
+  const uint64_t e = *epoch + 1;
+  const int p = static_cast<int>(threadIdx.x);
+  if (p < world) {
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(peers[p] + rank), "l"(e) : "memory");
+    const uint64_t* mine = peers[rank] + p;
+    uint64_t v = 0;
+    do {
+      if constexpr (kAcquire) {
+        asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(mine) : "memory");
+      } else {
+        asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(mine) : "memory");
+      }
+    } while (v < e);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) *epoch = e;
+}
 
 struct Options {
   std::vector<size_t> sizes = {4096,     16384,    65536,     262144,
@@ -128,6 +156,67 @@ int main(int argc, char** argv) {
         std::printf("{\"impl\":\"launch_baseline\",\"world\":%d,\"host_us\":%.3f}\n", world,
                     host_us);
       }
+    }
+    {
+      // The floor of a small graph-launched collective: a graph of --iters launches of one
+      // flag round trip with every peer (flag_round_trip_kernel), median us per launch, for
+      // each polling load. The LL rows' graph times read against it.
+      auto flags = symmem::allocate(g, 64 * sizeof(uint64_t), symmem::Device::cuda(dev), ao);
+      std::vector<uint64_t*> ptrs(world);
+      for (int p = 0; p < world; ++p) ptrs[p] = static_cast<uint64_t*>(flags.ptr(p));
+      uint64_t** dptrs = nullptr;
+      uint64_t* epoch = nullptr;
+      BENCH_CUDA(cudaMalloc(&dptrs, sizeof(uint64_t*) * world));
+      BENCH_CUDA(cudaMalloc(&epoch, sizeof(uint64_t)));
+      BENCH_CUDA(cudaMemset(epoch, 0, sizeof(uint64_t)));
+      BENCH_CUDA(cudaMemset(flags.ptr(rank), 0, 64 * sizeof(uint64_t)));
+      BENCH_CUDA(cudaMemcpy(dptrs, ptrs.data(), sizeof(uint64_t*) * world, cudaMemcpyHostToDevice));
+      BENCH_CUDA(cudaDeviceSynchronize());
+      symmem::OpOptions bo;
+      bo.stream = s;
+      bo.device = symmem::Device::cuda(dev);
+      symmem::barrier(g, bo);
+      for (const bool acquire : {false, true}) {
+        auto launch = [&] {
+          if (acquire) {
+            flag_round_trip_kernel<true><<<1, 32, 0, s>>>(dptrs, rank, world, epoch);
+          } else {
+            flag_round_trip_kernel<false><<<1, 32, 0, s>>>(dptrs, rank, world, epoch);
+          }
+        };
+        for (int i = 0; i < 10; ++i) launch();
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        for (int i = 0; i < o.iters; ++i) launch();
+        BENCH_CUDA(cudaStreamEndCapture(s, &graph));
+        BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+        BENCH_CUDA(cudaGraphLaunch(exec, s));
+        std::vector<double> t;
+        for (int rep = 0; rep < o.repeats; ++rep) {
+          symmem::barrier(g, bo);
+          BENCH_CUDA(cudaEventRecord(e0, s));
+          BENCH_CUDA(cudaGraphLaunch(exec, s));
+          BENCH_CUDA(cudaEventRecord(e1, s));
+          BENCH_CUDA(cudaStreamSynchronize(s));
+          float ms = 0;
+          BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+          t.push_back(1000.0 * ms / o.iters);
+        }
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        std::sort(t.begin(), t.end());
+        if (rank == 0) {
+          std::printf(
+              "{\"impl\":\"flag_floor\",\"load\":\"%s\",\"mode\":\"graph\",\"world\":%d,"
+              "\"us\":%.3f}\n",
+              acquire ? "ld.acquire.sys" : "ld.volatile", world, t[t.size() / 2]);
+        }
+      }
+      BENCH_CUDA(cudaStreamSynchronize(s));
+      BENCH_CUDA(cudaFree(dptrs));
+      BENCH_CUDA(cudaFree(epoch));
+      g.store_barrier();  // nobody polls the flags any more when they go
     }
     if (max_bytes >= (16u << 20)) {
       // Achievable HBM rate here: every rank copies max_bytes device to device at the same
