@@ -98,7 +98,6 @@ __global__ void __launch_bounds__(kThreads, 2) a2av_kernel(const AllToAllVArgs a
     }
     reinterpret_cast<int64_t*>(peer(a.matrix, p))[rank * row + t] = v;
   }
-  publish_desc(s, epoch);
   bool ok = barrier_agree(s, epoch, deadline, true);
   const int64_t* M = a.matrix_local;
   auto m = [&](int q, int p) { return __ldcg(M + q * row + p); };

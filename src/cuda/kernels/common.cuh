@@ -126,14 +126,15 @@ SYMMEM_DEVICE_INLINE uint32_t flag_value(uint32_t epoch, uint32_t phase) {
 
 // NOTE [barrier flags]
 // A barrier flag is one 64-bit word: the low half is the value (epoch << 2 | phase), the high
-// half the tag of the descriptor this rank published for the op (desc_tag). One store carries
+// half the tag of this rank's descriptor for the op (desc_tag of s.desc). One store carries
 // both, so B1 checks the ranks' agreement on the descriptor (NOTE [zero-copy agreement] in
-// cuda_ops.cu) from the flags it waits for anyway: no load of the descriptor table and no release
-// needed to publish it. A peer seen at B1 is at phase 1 or 2 of the same epoch (it cannot pass
+// cuda_ops.cu) from the flags it waits for anyway: no descriptor table is written or read while
+// the ranks agree. A peer seen at B1 is at phase 1 or 2 of the same epoch (it cannot pass
 // B2 before this rank signals it), and both carry the same tag. Tags differ only when some rank
-// differs from another, so every rank sees a difference or none; then every rank meets once more
-// (phase 3, release and acquire: the tables are visible after it) and block 0 records why from
-// the full table (barrier_agree). A refusal's tag has the top bit set and normal tags never do, so
+// differs from another, so every rank sees a difference or none; then block 0 of every rank
+// publishes its descriptor into the peers' tables, every rank meets once more (phase 3, release
+// and acquire: the tables are visible after it) and block 0 records why from the full table
+// (barrier_agree). A refusal's tag has the top bit set and normal tags never do, so
 // a refusal is always seen; two different zero-copy descriptors share a tag with probability 2^-31.
 SYMMEM_DEVICE_INLINE uint32_t desc_tag(const SyncArgs& s) {
   if (s.desc[0] == kDescRefused) return 0x80000000u | (static_cast<uint32_t>(s.desc[1]) & 0xffffu);
@@ -247,8 +248,10 @@ SYMMEM_DEVICE_INLINE int64_t* desc_table(const SyncArgs& s, int p, uint32_t epoc
          static_cast<size_t>(epoch & 1) * 4 * s.world;
 }
 
-// Before B1 (every barrier kernel, and a refused op): this rank's descriptor into every peer's
-// table of the epoch's parity.
+// This rank's descriptor into every peer's table of the epoch's parity: by block 0 of a barrier
+// kernel only when B1 saw the tags differ (barrier_agree), and by a refused op. Only block 0
+// reads the table, after phase 3 with block 0 of every peer, so nothing else needs it: the
+// common path stores no descriptor at all.
 SYMMEM_DEVICE_INLINE void publish_desc(const SyncArgs& s, uint32_t epoch) {
   for (int i = threadIdx.x; i < 4 * s.world; i += blockDim.x) {
     desc_table(s, i / 4, epoch)[4 * s.rank + i % 4] = s.desc[i % 4];
@@ -260,13 +263,17 @@ SYMMEM_DEVICE_INLINE void publish_desc(const SyncArgs& s, uint32_t epoch) {
 // on every rank and every thread. When the tags differ, every rank meets at phase 3 (release and
 // acquire: every peer's descriptor of this epoch is visible after it; the parity half is not
 // rewritten before every rank has finished this epoch, NOTE [epochs and flags]) and block 0
-// records why: a refusal (NOTE [refused ops]) in preference to a zero-copy mismatch. `release`
-// as for barrier_flags: whether a peer reads what this block wrote since the kernel began.
+// records why: a refusal (NOTE [refused ops]) in preference to a zero-copy mismatch. Block 0
+// publishes this rank's descriptor just before that meeting (every rank that gets there does,
+// and a refused op published its own before its phase-3 flags), so the descriptors cost nothing
+// when the ranks agree. `release` as for barrier_flags: whether a peer reads what this block
+// wrote since the kernel began.
 SYMMEM_DEVICE_INLINE bool barrier_agree(const SyncArgs& s, uint32_t epoch, dev::Deadline deadline,
                                         bool release) {
   const int bits = barrier_flags(s, flag_value(epoch, 1), deadline, release, true);
   if (bits == 0) return true;
   if ((bits & kBarrierTimedOut) != 0) return false;
+  if (blockIdx.x == 0) publish_desc(s, epoch);  // released by the phase-3 store below
   if (barrier_flags(s, flag_value(epoch, 3), deadline, true, false) != 0) return false;
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     const int64_t* t = desc_table(s, s.rank, epoch);

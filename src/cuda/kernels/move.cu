@@ -12,8 +12,8 @@
 //                       into recv | B2
 //   barrier:            B1 (and the descriptor check, which sees a refused barrier)
 // B1 says every rank reached the op (its inputs are published, its receive area is free); B2
-// says every peer is done with this rank's memory. Every mode publishes its descriptor before B1
-// and checks the ranks' tags of it at B1 (barrier_agree, NOTE [barrier flags]); when the check
+// says every peer is done with this rank's memory. Every mode checks the ranks' tags of its
+// descriptor at B1 (barrier_agree, NOTE [barrier flags]); when the check
 // fails (a peer refused the op, NOTE [refused ops] in refuse.cu, or zero-copy buffers differ)
 // nothing moves and B2 is skipped on every rank, since every rank sees the same table.
 
@@ -34,7 +34,6 @@ __global__ void __launch_bounds__(kThreads, 2) move_kernel(const MoveArgs a) {
   const int64_t b = blockIdx.x;
   const int64_t n = a.bytes;
   bool ok = true;
-  publish_desc(s, epoch);
   switch (a.mode) {
     case MoveMode::all_gather: {
       if (a.copy_in != nullptr) copy_share(peer(a.src, rank), a.copy_in, n, b, G);

@@ -138,7 +138,6 @@ __global__ void __launch_bounds__(kThreads, 2) reduce_kernel(const ReduceArgs a)
         copy_units(my_in, a.copy_in, share(units, world, sh, G, b), bytes);
       }
     }
-    publish_desc(s, epoch);
     ok = barrier_agree(s, epoch, deadline, publishes);
     if (ok) {
       const PeerPtrs& out = a.out;
@@ -174,7 +173,6 @@ __global__ void __launch_bounds__(kThreads, 2) reduce_kernel(const ReduceArgs a)
         copy_units(my_in, a.copy_in, mine, bytes);
       }
     }
-    publish_desc(s, epoch);
     ok = barrier_agree(s, epoch, deadline, publishes);
     if (ok) {
       char* out = a.direct_out;

@@ -17,7 +17,8 @@
 //      tag (NOTE [barrier flags] in common.cuh). A barrier kernel passes B1, sees a tag that is
 //      not its own, meets the ranks again at phase 3 (this rank is there already), reads the
 //      refusal from the table, and no rank moves data or waits at B2 (every kernel of the family
-//      publishes its descriptor and checks the tags at B1, the plain barrier too);
+//      checks the tags at B1, the plain barrier too, and publishes its own descriptor on its
+//      way to phase 3);
 //   3. it waits (deadline: the call's timeout) until every peer has started its kernel of this
 //      epoch: the peer's first-barrier flag of block 0 has come (a barrier kernel or a refusal),
 //      or its LL packet of unit 0 (data or refusal). This keeps NOTE [epochs and flags]'
