@@ -319,21 +319,22 @@ if [ -n "$SYMMEM_RUN" ] && [ -n "$SYMMEM_BENCH" ]; then
       run_step trace_overhead_cuda 120 python3 "$ROOT/bench/trace_overhead.py" --build "$BUILD" \
       cuda --np 2 --runs 4 --iters 200 --sizes 4096,262144,4194304
   fi
-  # symmem-tune on the cuda backend (issue #19): the LL crossover for 2..4 ranks under MPS into
-  # a tuning file, then auto with that file against auto with the built-in table, alternated
-  # (bf16 all_reduce; compare the time_median_us columns of the two JSON files per size).
+  # symmem-tune on the cuda backend (issue #19): the LL crossover and the two-shot's blocks per
+  # SM share for 2..4 ranks under MPS into a tuning file, then auto with that file against auto
+  # with the built-in table, alternated (bf16 all_reduce; compare the time_median_us columns of
+  # the two JSON files per size).
   SYMMEM_TUNE="$BUILD/tools/tune/symmem-tune"
   if [ -x "$SYMMEM_TUNE" ]; then
     STEP_DETAIL="symmem-tune --backend cuda, 4 ranks (2..4), then auto: tuned vs built-in" \
       run_step tune_cuda 150 bash -c \
       "env SYMMEM_ALLOW_SHARED_GPU=1 SYMMEM_TIMEOUT_MS=60000 '$SYMMEM_RUN' -n 4 -- '$SYMMEM_TUNE' \
-         --backend cuda --out '$OUT/tuning_cuda.json' --min-bytes 4K --max-bytes 16M -n 20 &&
+         --backend cuda --out '$OUT/tuning_cuda.json' --min-bytes 4K --max-bytes 64M -n 20 &&
        for run in 1 2; do
          for mode in builtin tuned; do
            f=; [ \$mode = tuned ] && f='$OUT/tuning_cuda.json'
            env SYMMEM_TUNING_FILE=\$f SYMMEM_ALLOW_SHARED_GPU=1 SYMMEM_TIMEOUT_MS=60000 \
              '$SYMMEM_RUN' -n 4 -- '$SYMMEM_BENCH' --backend cuda --op all_reduce --dtype bf16 \
-             -b 4096 -e 16777216 -f 2 -n 50 --json '$OUT/tune_auto_'\$mode\$run'.jsonl' || exit 1
+             -b 4096 -e 67108864 -f 2 -n 50 --json '$OUT/tune_auto_'\$mode\$run'.jsonl' || exit 1
          done
        done"
   fi

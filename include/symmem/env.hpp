@@ -70,7 +70,8 @@
   X(allow_shared_gpu, "SYMMEM_ALLOW_SHARED_GPU", "bool", "0", "",                                  \
     "Allow several ranks on one GPU (cuda backend); needs MPS for concurrent kernels.")            \
   X(gpu_blocks_per_sm, "SYMMEM_GPU_BLOCKS_PER_SM", "int", "", "1..2",                              \
-    "Tuning: 512-thread blocks per SM share of the GPU collectives (default: tuning.hpp).")        \
+    "Tuning: 512-thread blocks per SM share of every GPU collective, above the tuning file's "     \
+    "two-shot entries (default: tuning.hpp, NOTE [two-shot blocks]).")                             \
   X(gpu_ll_max_bytes, "SYMMEM_GPU_LL_MAX_BYTES", "int", "", "0..67108864",                         \
     "Tuning: largest piece the GPU collectives send LL under algo auto (default: tuning.hpp).")    \
   X(moe_direct, "SYMMEM_MOE_DIRECT", "bool", "1", "",                                              \

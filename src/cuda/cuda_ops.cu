@@ -211,8 +211,9 @@ struct Call {
   uint64_t timeout_ns;
   int max_blocks;
   bool capturing;
-  unsigned long long capture_id;  // of the capture sequence when capturing, else 0
-  unsigned long long stream_id;   // cudaStreamGetId (unique in the process; NOTE [stream order])
+  unsigned long long capture_id;   // of the capture sequence when capturing, else 0
+  unsigned long long stream_id;    // cudaStreamGetId (unique in the process; NOTE [stream order])
+  int sms = 0, ranks_per_gpu = 1;  // what max_blocks was made of (the SMs' share of each rank)
   // The op's kernel was enqueued (check_launch): from then on it is not refused (NOTE [refused
   // ops] in kernels/refuse.cu).
   mutable bool launched = false;
@@ -383,6 +384,8 @@ Call make_call(const OpArgs& a) {
   static const int per_sm =
       static_cast<int>(symmem::env::gpu_blocks_per_sm().value_or(K::kBlocksPerSm));
   c.max_blocks = std::clamp(sms * per_sm / per_gpu, 1, K::kMaxBlocks);
+  c.sms = sms;
+  c.ranks_per_gpu = per_gpu;
   return c;
 }
 
@@ -841,6 +844,38 @@ size_t ll_threshold(const Call& c) {
   return static_cast<size_t>(v);
 }
 
+// The two-shot all_reduce's blocks per SM share for a message of `bytes` (NOTE [two-shot
+// blocks] in kernels/tuning.hpp): SYMMEM_GPU_BLOCKS_PER_SM decides every kernel when set (it is
+// in c.max_blocks already); else the tuning file's "two_shot.blocks_per_sm" for this world size
+// from "two_shot.blocks_min_bytes" up; else c.max_blocks (kBlocksPerSm). Looked up again when
+// tuning::generation() moves (symmem-tune sets overrides while it measures).
+int two_shot_max_blocks(const Call& c, size_t bytes) {
+  static const bool forced = symmem::env::gpu_blocks_per_sm().has_value();
+  if (forced) return c.max_blocks;
+  struct Tuned {
+    uint64_t gen = ~uint64_t{0};
+    int world = -1;
+    int64_t per_sm = 0, min_bytes = 0;  // per_sm 0: no entry
+  };
+  thread_local Tuned t;
+  const uint64_t gen = symmem::tuning::generation();
+  if (t.gen != gen || t.world != c.world) {
+    t = Tuned{gen, c.world, 0, 0};
+    char sig[512];
+    const int n = cuda_tuning_signature(*c.a.group, c.a.device.index, sig, sizeof sig);
+    if (n > 0 && static_cast<size_t>(n) < sizeof sig) {
+      auto per_sm = symmem::tuning::lookup("cuda", "two_shot.blocks_per_sm", c.world, sig);
+      auto from = symmem::tuning::lookup("cuda", "two_shot.blocks_min_bytes", c.world, sig);
+      if (per_sm && *per_sm >= 1 && *per_sm <= K::kMaxBlocksPerSm) {
+        t.per_sm = *per_sm;
+        t.min_bytes = from && *from >= 0 ? *from : 0;
+      }
+    }
+  }
+  if (t.per_sm == 0 || bytes < static_cast<size_t>(t.min_bytes)) return c.max_blocks;
+  return std::clamp(c.sms * static_cast<int>(t.per_sm) / c.ranks_per_gpu, 1, K::kMaxBlocks);
+}
+
 void copy_async(const Call& c, void* dst, const void* src, size_t bytes) {
   if (bytes == 0 || dst == src) return;
   K::CopyArgs k;
@@ -993,7 +1028,9 @@ void all_reduce(const Call& c) {
   constexpr int64_t kUnitsPerThread = 2;
   const int64_t units = static_cast<int64_t>((bytes + 15) / 16);
   const int64_t per_rank = two_shot ? (units + c.world - 1) / c.world : units;
-  const int blocks = blocks_for(c, per_rank, K::kThreads * kUnitsPerThread);
+  const int cap = two_shot ? two_shot_max_blocks(c, bytes) : c.max_blocks;
+  const int blocks = static_cast<int>(std::clamp<int64_t>(
+      (per_rank + K::kThreads * kUnitsPerThread - 1) / (K::kThreads * kUnitsPerThread), 1, cap));
   symmem::detail::KernelRange range(kernel_name(k.mode), blocks);  // NOTE [nvtx ranges]
   check_launch(c, K::launch_reduce(k, ktype(c).type, blocks, c.stream), "launch_reduce");
 }

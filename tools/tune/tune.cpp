@@ -17,6 +17,10 @@
 // piece size below which the GPU collectives go LL, src/cuda/kernels/tuning.hpp; keyed by the
 // cuda plugin's signature: GPU model, SMs, GPUs, ranks per GPU, peer access).
 //
+// The cuda target also times two_shot above the LL crossover with 1 and 2 blocks per SM share
+// and writes "two_shot.blocks_per_sm" and "two_shot.blocks_min_bytes" (NOTE [two-shot blocks] in
+// src/cuda/kernels/tuning.hpp).
+//
 // The host target also times a 4 KiB all_reduce, ranks arriving 10 us apart, with several spin
 // lengths of the waits (world sizes up to the core count; with more ranks waits do not spin) and
 // writes the shortest within 3% of the fastest as host "wait.spin_us" (core/pad_sync.hpp).
@@ -30,12 +34,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_format.hpp"  // parse_size, as symmem-bench reads sizes
@@ -205,6 +212,54 @@ Result tune_world(const Group& g, const Target& t, const Args& a) {
   x.free();
   y.free();
   return r;
+}
+
+// The two-shot's blocks per SM share (NOTE [two-shot blocks] in src/cuda/kernels/tuning.hpp):
+// two_shot all_reduce at the sizes above the LL crossover `ll` (from --min-bytes when that is
+// larger) up to --max-bytes, with 1 and with 2 blocks per SM share (an override that every rank
+// sets in lockstep), best of three alternating runs. The wider grid is kept from the smallest
+// size at which it was at least 3% faster at that size and every larger one; else 1. Two
+// results: "two_shot.blocks_per_sm" and "two_shot.blocks_min_bytes" (0 with 1 block).
+std::pair<Result, Result> tune_two_shot_blocks(const Group& g, const Target& t, const Args& a,
+                                               int64_t ll) {
+  const char* kPerSm = "two_shot.blocks_per_sm";
+  const char* kFrom = "two_shot.blocks_min_bytes";
+  const std::string sig = signature_of(t, g);
+  const int w = g.world_size();
+  Result per_sm{t.backend, kPerSm, sig, w, 1, {}};
+  Result from{t.backend, kFrom, sig, w, 0, {}};
+  size_t start = a.min_bytes;
+  while (start <= static_cast<size_t>(std::max<int64_t>(ll, 0)) && start <= a.max_bytes / 2)
+    start *= 2;
+  AllocOptions ao;
+  ao.backend = t.backend;
+  SymmetricMemory x = allocate(g, a.max_bytes, t.device, ao);
+  SymmetricMemory y = allocate(g, a.max_bytes, t.device, ao);
+  std::vector<float> ones(a.max_bytes / 4, 1.0f);
+  t.io->upload(x.ptr(x.rank()), ones.data(), ones.size() * 4);
+  tuning::set_override(t.backend, kFrom, w, 0);
+  for (size_t bytes = start; bytes <= a.max_bytes; bytes *= 2) {
+    double one = 1e30, two = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      tuning::set_override(t.backend, kPerSm, w, 1);
+      one = std::min(one, time_algo(g, t, x, y, bytes / 4, Algo::two_shot, a.iters));
+      tuning::set_override(t.backend, kPerSm, w, 2);
+      two = std::min(two, time_algo(g, t, x, y, bytes / 4, Algo::two_shot, a.iters));
+    }
+    per_sm.rows.emplace_back(bytes, one, two);
+  }
+  tuning::set_override(t.backend, kPerSm, w, std::nullopt);
+  tuning::set_override(t.backend, kFrom, w, std::nullopt);
+  // From the largest size down, while two blocks per SM share win by 3%.
+  for (auto it = per_sm.rows.rbegin(); it != per_sm.rows.rend(); ++it) {
+    const auto [bytes, one, two] = *it;
+    if (two >= one * 0.97) break;
+    per_sm.threshold = 2;
+    from.threshold = static_cast<int64_t>(bytes);
+  }
+  x.free();
+  y.free();
+  return {per_sm, from};
 }
 
 // The slowest rank's mean seconds per 4 KiB-class all_reduce (Algo::automatic) when the ranks
@@ -385,6 +440,26 @@ int run(int argc, char** argv) {
           std::fflush(stdout);
         }
         results.push_back(r);
+        if (t.backend == "cuda" && std::getenv("SYMMEM_GPU_BLOCKS_PER_SM") != nullptr) {
+          if (g.rank() == 0)
+            std::printf(
+                "# cuda, %d ranks: two_shot.blocks_per_sm not tuned "
+                "(SYMMEM_GPU_BLOCKS_PER_SM is set and decides every kernel)\n",
+                w);
+        } else if (t.backend == "cuda") {
+          auto [per_sm, from] = tune_two_shot_blocks(sub, t, a, r.threshold);
+          if (g.rank() == 0) {
+            std::printf("# cuda two_shot all_reduce, %d ranks: %s = %lld from %s = %lld bytes\n", w,
+                        per_sm.key.c_str(), static_cast<long long>(per_sm.threshold),
+                        from.key.c_str(), static_cast<long long>(from.threshold));
+            std::printf("%12s %14s %14s\n", "bytes", "1/SM(us)", "2/SM(us)");
+            for (auto [bytes, one, two] : per_sm.rows)
+              std::printf("%12zu %14.2f %14.2f\n", bytes, one * 1e6, two * 1e6);
+            std::fflush(stdout);
+          }
+          results.push_back(per_sm);
+          results.push_back(from);
+        }
         if (t.backend == "host") {
           static const long cores = sysconf(_SC_NPROCESSORS_ONLN);
           if (w <= cores) {

@@ -34,4 +34,15 @@ inline constexpr LLThreshold kLLThresholds[] = {
 // one GPU). One 512-thread block per SM-share leaves room for 2-4x that many.
 inline constexpr int kBlocksPerSm = 1;
 
+// NOTE [two-shot blocks]
+// The two-shot all_reduce of a large message may take more blocks per SM share than the other
+// kernels: symmem-tune times it with 1 and 2 (every rank's blocks must be resident together,
+// since block b waits for block b of every peer: __launch_bounds__(kThreads, 2) guarantees two
+// per SM) and writes the cuda entries "two_shot.blocks_per_sm" and "two_shot.blocks_min_bytes"
+// (the smallest message from which the wider grid won at every larger size it measured) per
+// world size. Without an entry, or below its size, kBlocksPerSm decides; SYMMEM_GPU_BLOCKS_PER_SM
+// overrides both for every kernel. Every rank of a group must choose alike (the barriers pair
+// blocks by index): they read the same file on one machine.
+inline constexpr int kMaxBlocksPerSm = 2;
+
 }  // namespace symmem::cuda::kernels
