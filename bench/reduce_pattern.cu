@@ -26,7 +26,8 @@
 //                out[p] with ordinary 16-byte stores: more bytes in flight per SM without the
 //                registers that more units per thread take;
 //   two_shot_bulk_st: the same, and the reduced tile is written back with bulk copies from
-//                shared memory to every out[p] as well.
+//                shared memory to every out[p] as well. On an H100 both lost 4-10% to two_shot
+//                (docs/performance.md, "TMA bulk copies"), so the kernel does not use them.
 // Rows (JSON, one per line): variant, world, bytes, blocks (per rank), us, bytes moved, TB/s, and
 // for the two_shot variants their share of copy's rate. Their output is checked (out zeroed, one
 // launch; every in[p] holds p + 1, so every element of every out must be N (N + 1) / 2): exit
