@@ -418,6 +418,14 @@ std::vector<Target> targets(const Group& g, const Args& a, std::unique_ptr<bench
   return t;
 }
 
+// A result's rows: bytes and the two timings, in us.
+void print_rows(const Result& r, const char* first, const char* second) {
+  std::printf("%12s %14s %14s\n", "bytes", first, second);
+  for (auto [bytes, one, two] : r.rows)
+    std::printf("%12zu %14.2f %14.2f\n", bytes, one * 1e6, two * 1e6);
+  std::fflush(stdout);
+}
+
 int run(int argc, char** argv) {
   Args a = parse(argc, argv);
   Group g = Group::from_env();
@@ -434,10 +442,7 @@ int run(int argc, char** argv) {
         if (g.rank() == 0) {
           std::printf("# %s all_reduce, %d ranks: %s = %lld bytes\n", t.backend.c_str(), w,
                       t.key.c_str(), static_cast<long long>(r.threshold));
-          std::printf("%12s %14s %14s\n", "bytes", "one_shot(us)", "two_shot(us)");
-          for (auto [bytes, one, two] : r.rows)
-            std::printf("%12zu %14.2f %14.2f\n", bytes, one * 1e6, two * 1e6);
-          std::fflush(stdout);
+          print_rows(r, "one_shot(us)", "two_shot(us)");
         }
         results.push_back(r);
         if (t.backend == "cuda" && std::getenv("SYMMEM_GPU_BLOCKS_PER_SM") != nullptr) {
@@ -452,10 +457,7 @@ int run(int argc, char** argv) {
             std::printf("# cuda two_shot all_reduce, %d ranks: %s = %lld from %s = %lld bytes\n", w,
                         per_sm.key.c_str(), static_cast<long long>(per_sm.threshold),
                         from.key.c_str(), static_cast<long long>(from.threshold));
-            std::printf("%12s %14s %14s\n", "bytes", "1/SM(us)", "2/SM(us)");
-            for (auto [bytes, one, two] : per_sm.rows)
-              std::printf("%12zu %14.2f %14.2f\n", bytes, one * 1e6, two * 1e6);
-            std::fflush(stdout);
+            print_rows(per_sm, "1/SM(us)", "2/SM(us)");
           }
           results.push_back(per_sm);
           results.push_back(from);
