@@ -4,8 +4,10 @@
 // The crossovers that Algo::automatic uses (host: the largest all_reduce that goes one_shot,
 // key "all_reduce.one_shot_max_bytes"; cuda: the largest piece that goes LL, key
 // "ll_max_bytes") have built-in tables, one per backend, in one place each
-// (src/host/host_ops.cpp one_shot_max_bytes, src/cuda/kernels/tuning.hpp). symmem-tune
-// measures them on a machine and writes a JSON tuning file:
+// (src/host/host_ops.cpp one_shot_max_bytes, src/cuda/kernels/tuning.hpp). So do the other
+// keys: host "wait.spin_us" (core/pad_sync.hpp), cuda "two_shot.blocks_per_sm" and
+// "two_shot.blocks_min_bytes" (NOTE [two-shot blocks]). symmem-tune measures them on a machine
+// and writes a JSON tuning file:
 //
 //   {"format": "symmem-tuning", "version": 1, "entries": [
 //     {"backend": "host", "signature": "cpu=...;cores=2", "key": "all_reduce.one_shot_max_bytes",
