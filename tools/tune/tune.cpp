@@ -48,6 +48,7 @@
 #include "bench_format.hpp"  // parse_size, as symmem-bench reads sizes
 #include "bench_mem.hpp"     // GPU buffers and CUDA-event timing without linking CUDA
 #include "core/tuning.hpp"
+#include "decide.hpp"
 #include "symmem/backend.hpp"
 #include "symmem/symmem.hpp"
 
@@ -194,7 +195,6 @@ Result tune_world(const Group& g, const Target& t, const Args& a) {
     t.io->upload(x.ptr(x.rank()), ones.data(), ones.size() * 4);
   else
     std::memcpy(x.ptr(x.rank()), ones.data(), ones.size() * 4);
-  int losses = 0;  // two_shot faster at this many sizes in a row
   for (size_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= 2) {
     const size_t count = bytes / 4;
     // Alternate the two, best of three, so that drift hits both alike.
@@ -204,11 +204,8 @@ Result tune_world(const Group& g, const Target& t, const Args& a) {
       two = std::min(two, time_algo(g, t, x, y, count, Algo::two_shot, a.iters));
     }
     r.rows.emplace_back(bytes, one, two);
-    if (losses < 2) {
-      losses = one <= two ? 0 : losses + 1;
-      if (losses == 0) r.threshold = static_cast<int64_t>(bytes);
-    }
   }
+  r.threshold = tune::crossover(r.rows);
   x.free();
   y.free();
   return r;
@@ -250,13 +247,7 @@ std::pair<Result, Result> tune_two_shot_blocks(const Group& g, const Target& t, 
   }
   tuning::set_override(t.backend, kPerSm, w, std::nullopt);
   tuning::set_override(t.backend, kFrom, w, std::nullopt);
-  // From the largest size down, while two blocks per SM share win by 3%.
-  for (auto it = per_sm.rows.rbegin(); it != per_sm.rows.rend(); ++it) {
-    const auto [bytes, one, two] = *it;
-    if (two >= one * 0.97) break;
-    per_sm.threshold = 2;
-    from.threshold = static_cast<int64_t>(bytes);
-  }
+  std::tie(per_sm.threshold, from.threshold) = tune::wider_grid_from(per_sm.rows);
   x.free();
   y.free();
   return {per_sm, from};
@@ -292,7 +283,7 @@ double time_skewed(const Group& g, const SymmetricMemory& a, const SymmetricMemo
 // The shortest spin within 3% of the fastest wins: spinning longer burns a core for nothing
 // measurable.
 Result tune_spin(const Group& g, const Target& t, const Args& a) {
-  constexpr int64_t kCandidates[] = {0, 5, 20, 50, 200};
+  const std::vector<int64_t> kCandidates = {0, 5, 20, 50, 200};
   const char* key = "wait.spin_us";
   Result r{t.backend, key, signature_of(t, g), g.world_size(), 0, {}};
   const size_t bytes = std::min<size_t>(4096, a.max_bytes);
@@ -302,20 +293,17 @@ Result tune_spin(const Group& g, const Target& t, const Args& a) {
   SymmetricMemory y = allocate(g, bytes, t.device, ao);
   std::memset(x.ptr(x.rank()), 0, bytes);
   const int iters = std::max(100, 10 * a.iters);
-  std::vector<double> best(std::size(kCandidates), 1e30);
+  std::vector<double> best(kCandidates.size(), 1e30);
   for (int rep = 0; rep < 3; ++rep) {
-    for (size_t i = 0; i < std::size(kCandidates); ++i) {
+    for (size_t i = 0; i < kCandidates.size(); ++i) {
       tuning::set_override("host", key, g.world_size(), kCandidates[i]);
       best[i] = std::min(best[i], time_skewed(g, x, y, bytes / 4, iters, 10.0));
     }
   }
   tuning::set_override("host", key, g.world_size(), std::nullopt);
-  const double fastest = *std::min_element(best.begin(), best.end());
-  r.threshold = -1;
-  for (size_t i = 0; i < std::size(kCandidates); ++i) {
+  for (size_t i = 0; i < kCandidates.size(); ++i)
     r.rows.emplace_back(static_cast<size_t>(kCandidates[i]), best[i], 0.0);
-    if (r.threshold < 0 && best[i] <= fastest * 1.03) r.threshold = kCandidates[i];
-  }
+  r.threshold = tune::shortest_within(kCandidates, best);
   x.free();
   y.free();
   return r;
