@@ -68,6 +68,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -340,6 +341,12 @@ int sm_count(const Call& c, int device) {
   return n;
 }
 
+// Blocks per rank with `per_sm` 512-thread blocks per SM share: the GPU's SMs shared by the ranks
+// on it (NOTE in kernels/tuning.hpp).
+int blocks_per_rank(const Call& c, int per_sm) {
+  return std::clamp(c.sms * per_sm / c.ranks_per_gpu, 1, K::kMaxBlocks);
+}
+
 Call make_call(const OpArgs& a) {
   const int rank = a.group->rank();
   const int world = a.group->world_size();
@@ -383,9 +390,9 @@ Call make_call(const OpArgs& a) {
   const int per_gpu = std::max(1, (local + devices - 1) / devices);
   static const int per_sm =
       static_cast<int>(symmem::env::gpu_blocks_per_sm().value_or(K::kBlocksPerSm));
-  c.max_blocks = std::clamp(sms * per_sm / per_gpu, 1, K::kMaxBlocks);
   c.sms = sms;
   c.ranks_per_gpu = per_gpu;
+  c.max_blocks = blocks_per_rank(c, per_sm);
   return c;
 }
 
@@ -590,9 +597,10 @@ uint64_t* arm_device_times(const Call& c) {
   return reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(t) + delta);
 }
 
-int blocks_for(const Call& c, int64_t work, int64_t per_block) {
+// Blocks for `work` items at `per_block` each, at most `cap` (0: the call's max_blocks).
+int blocks_for(const Call& c, int64_t work, int64_t per_block, int cap = 0) {
   int64_t b = (work + per_block - 1) / per_block;
-  return static_cast<int>(std::clamp<int64_t>(b, 1, c.max_blocks));
+  return static_cast<int>(std::clamp<int64_t>(b, 1, cap > 0 ? cap : c.max_blocks));
 }
 
 void check_launch(const Call& c, int err, const char* what) {
@@ -820,6 +828,15 @@ size_t builtin_ll_threshold(int world) {
   return 0;
 }
 
+// The tuning file's cuda entry `key` for this call's world size on this machine (the plugin's
+// signature for the call's group and device), or nullopt.
+std::optional<int64_t> tuned(const Call& c, const char* key) {
+  char sig[512];
+  const int n = cuda_tuning_signature(*c.a.group, c.a.device.index, sig, sizeof sig);
+  if (n <= 0 || static_cast<size_t>(n) >= sizeof sig) return std::nullopt;
+  return symmem::tuning::lookup("cuda", key, c.world, sig);
+}
+
 // The LL crossover of Algo::automatic: SYMMEM_GPU_LL_MAX_BYTES, else the tuning file's entry
 // for this machine (symmem-tune), else the built-in table (NOTE [all-reduce tuning]). Cached per
 // world size: a process's groups of one size are taken to share GPUs alike.
@@ -833,13 +850,8 @@ size_t ll_threshold(const Call& c) {
     const int64_t v = cache[world].load(std::memory_order_relaxed);
     if (v > 0) return static_cast<size_t>(v - 1);
   }
-  char sig[512];
   int64_t v = static_cast<int64_t>(builtin_ll_threshold(world));
-  const int n = cuda_tuning_signature(*c.a.group, c.a.device.index, sig, sizeof sig);
-  if (n > 0 && static_cast<size_t>(n) < sizeof sig) {
-    auto tuned = symmem::tuning::lookup("cuda", "ll_max_bytes", world, sig);
-    if (tuned && *tuned >= 0) v = *tuned;
-  }
+  if (auto e = tuned(c, "ll_max_bytes"); e && *e >= 0) v = *e;
   if (world < kCached) cache[world].store(v + 1, std::memory_order_relaxed);
   return static_cast<size_t>(v);
 }
@@ -861,19 +873,15 @@ int two_shot_max_blocks(const Call& c, size_t bytes) {
   const uint64_t gen = symmem::tuning::generation();
   if (t.gen != gen || t.world != c.world) {
     t = Tuned{gen, c.world, 0, 0};
-    char sig[512];
-    const int n = cuda_tuning_signature(*c.a.group, c.a.device.index, sig, sizeof sig);
-    if (n > 0 && static_cast<size_t>(n) < sizeof sig) {
-      auto per_sm = symmem::tuning::lookup("cuda", "two_shot.blocks_per_sm", c.world, sig);
-      auto from = symmem::tuning::lookup("cuda", "two_shot.blocks_min_bytes", c.world, sig);
-      if (per_sm && *per_sm >= 1 && *per_sm <= K::kMaxBlocksPerSm) {
-        t.per_sm = *per_sm;
-        t.min_bytes = from && *from >= 0 ? *from : 0;
-      }
+    const auto per_sm = tuned(c, "two_shot.blocks_per_sm");
+    if (per_sm && *per_sm >= 1 && *per_sm <= K::kMaxBlocksPerSm) {
+      const auto from = tuned(c, "two_shot.blocks_min_bytes");
+      t.per_sm = *per_sm;
+      t.min_bytes = from && *from >= 0 ? *from : 0;
     }
   }
   if (t.per_sm == 0 || bytes < static_cast<size_t>(t.min_bytes)) return c.max_blocks;
-  return std::clamp(c.sms * static_cast<int>(t.per_sm) / c.ranks_per_gpu, 1, K::kMaxBlocks);
+  return blocks_per_rank(c, static_cast<int>(t.per_sm));
 }
 
 void copy_async(const Call& c, void* dst, const void* src, size_t bytes) {
@@ -1028,9 +1036,8 @@ void all_reduce(const Call& c) {
   constexpr int64_t kUnitsPerThread = 2;
   const int64_t units = static_cast<int64_t>((bytes + 15) / 16);
   const int64_t per_rank = two_shot ? (units + c.world - 1) / c.world : units;
-  const int cap = two_shot ? two_shot_max_blocks(c, bytes) : c.max_blocks;
-  const int blocks = static_cast<int>(std::clamp<int64_t>(
-      (per_rank + K::kThreads * kUnitsPerThread - 1) / (K::kThreads * kUnitsPerThread), 1, cap));
+  const int blocks = blocks_for(c, per_rank, K::kThreads * kUnitsPerThread,
+                                two_shot ? two_shot_max_blocks(c, bytes) : 0);
   symmem::detail::KernelRange range(kernel_name(k.mode), blocks);  // NOTE [nvtx ranges]
   check_launch(c, K::launch_reduce(k, ktype(c).type, blocks, c.stream), "launch_reduce");
 }
