@@ -184,17 +184,26 @@ std::string signature_of(const Target& t, const Group& g) {
   return buf;
 }
 
-Result tune_world(const Group& g, const Target& t, const Args& a) {
-  Result r{t.backend, t.key, signature_of(t, g), g.world_size(), 0, {}};
+// The all_reduce operands of one world size, --max-bytes each: x (ones) and y.
+struct Operands {
+  SymmetricMemory x, y;
+};
+
+Operands operands(const Group& g, const Target& t, const Args& a) {
   AllocOptions ao;
   ao.backend = t.backend;
-  SymmetricMemory x = allocate(g, a.max_bytes, t.device, ao);
-  SymmetricMemory y = allocate(g, a.max_bytes, t.device, ao);
+  Operands v{allocate(g, a.max_bytes, t.device, ao), allocate(g, a.max_bytes, t.device, ao)};
   std::vector<float> ones(a.max_bytes / 4, 1.0f);
   if (t.io != nullptr)
-    t.io->upload(x.ptr(x.rank()), ones.data(), ones.size() * 4);
+    t.io->upload(v.x.ptr(v.x.rank()), ones.data(), ones.size() * 4);
   else
-    std::memcpy(x.ptr(x.rank()), ones.data(), ones.size() * 4);
+    std::memcpy(v.x.ptr(v.x.rank()), ones.data(), ones.size() * 4);
+  return v;
+}
+
+Result tune_world(const Group& g, const Target& t, const Args& a, const Operands& v) {
+  Result r{t.backend, t.key, signature_of(t, g), g.world_size(), 0, {}};
+  const SymmetricMemory &x = v.x, &y = v.y;
   for (size_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= 2) {
     const size_t count = bytes / 4;
     // Alternate the two, best of three, so that drift hits both alike.
@@ -206,8 +215,6 @@ Result tune_world(const Group& g, const Target& t, const Args& a) {
     r.rows.emplace_back(bytes, one, two);
   }
   r.threshold = tune::crossover(r.rows);
-  x.free();
-  y.free();
   return r;
 }
 
@@ -218,7 +225,7 @@ Result tune_world(const Group& g, const Target& t, const Args& a) {
 // size at which it was at least 3% faster at that size and every larger one; else 1. Two
 // results: "two_shot.blocks_per_sm" and "two_shot.blocks_min_bytes" (0 with 1 block).
 std::pair<Result, Result> tune_two_shot_blocks(const Group& g, const Target& t, const Args& a,
-                                               int64_t ll) {
+                                               const Operands& v, int64_t ll) {
   const char* kPerSm = "two_shot.blocks_per_sm";
   const char* kFrom = "two_shot.blocks_min_bytes";
   const std::string sig = signature_of(t, g);
@@ -228,12 +235,7 @@ std::pair<Result, Result> tune_two_shot_blocks(const Group& g, const Target& t, 
   size_t start = a.min_bytes;
   while (start <= static_cast<size_t>(std::max<int64_t>(ll, 0)) && start <= a.max_bytes / 2)
     start *= 2;
-  AllocOptions ao;
-  ao.backend = t.backend;
-  SymmetricMemory x = allocate(g, a.max_bytes, t.device, ao);
-  SymmetricMemory y = allocate(g, a.max_bytes, t.device, ao);
-  std::vector<float> ones(a.max_bytes / 4, 1.0f);
-  t.io->upload(x.ptr(x.rank()), ones.data(), ones.size() * 4);
+  const SymmetricMemory &x = v.x, &y = v.y;
   tuning::set_override(t.backend, kFrom, w, 0);
   for (size_t bytes = start; bytes <= a.max_bytes; bytes *= 2) {
     double one = 1e30, two = 1e30;
@@ -248,8 +250,6 @@ std::pair<Result, Result> tune_two_shot_blocks(const Group& g, const Target& t, 
   tuning::set_override(t.backend, kPerSm, w, std::nullopt);
   tuning::set_override(t.backend, kFrom, w, std::nullopt);
   std::tie(per_sm.threshold, from.threshold) = tune::wider_grid_from(per_sm.rows);
-  x.free();
-  y.free();
   return {per_sm, from};
 }
 
@@ -426,21 +426,22 @@ int run(int argc, char** argv) {
       for (int i = 0; i < w; ++i) ranks[static_cast<size_t>(i)] = i;
       if (g.rank() < w) {
         Group sub = g.split(ranks);
-        Result r = tune_world(sub, t, a);
+        Operands v = operands(sub, t, a);
+        Result r = tune_world(sub, t, a, v);
         if (g.rank() == 0) {
           std::printf("# %s all_reduce, %d ranks: %s = %lld bytes\n", t.backend.c_str(), w,
                       t.key.c_str(), static_cast<long long>(r.threshold));
           print_rows(r, "one_shot(us)", "two_shot(us)");
         }
         results.push_back(r);
-        if (t.backend == "cuda" && std::getenv("SYMMEM_GPU_BLOCKS_PER_SM") != nullptr) {
+        if (t.backend == "cuda" && env::gpu_blocks_per_sm().has_value()) {
           if (g.rank() == 0)
             std::printf(
                 "# cuda, %d ranks: two_shot.blocks_per_sm not tuned "
                 "(SYMMEM_GPU_BLOCKS_PER_SM is set and decides every kernel)\n",
                 w);
         } else if (t.backend == "cuda") {
-          auto [per_sm, from] = tune_two_shot_blocks(sub, t, a, r.threshold);
+          auto [per_sm, from] = tune_two_shot_blocks(sub, t, a, v, r.threshold);
           if (g.rank() == 0) {
             std::printf("# cuda two_shot all_reduce, %d ranks: %s = %lld from %s = %lld bytes\n", w,
                         per_sm.key.c_str(), static_cast<long long>(per_sm.threshold),
@@ -450,6 +451,8 @@ int run(int argc, char** argv) {
           results.push_back(per_sm);
           results.push_back(from);
         }
+        v.x.free();
+        v.y.free();
         if (t.backend == "host") {
           static const long cores = sysconf(_SC_NPROCESSORS_ONLN);
           if (w <= cores) {
