@@ -89,19 +89,56 @@ size_t builtin_one_shot_max_bytes(int world) {
   return 64 << 10;
 }
 
-size_t one_shot_max_bytes(int world) {
-  constexpr int kCached = 256;  // world sizes whose answer is kept (a lookup takes a lock)
-  static std::atomic<int64_t> cache[kCached];  // the answer + 1; 0: not looked up yet
-  if (world >= 0 && world < kCached) {
-    int64_t v = cache[world].load(std::memory_order_relaxed);
-    if (v > 0) return static_cast<size_t>(v - 1);
+// A host entry of the tuning file (NOTE [tuning file]) for `world` ranks on this machine when it
+// lies in [lo, hi], else `builtin`. Kept per thread and key until the world size or
+// tuning::generation() changes: a lookup takes a lock, and symmem-tune moves the generation with
+// each override it measures.
+struct TunedHost {
+  const char* key;
+  int64_t lo, hi;
+  uint64_t gen = ~uint64_t{0};
+  int world = -1;
+  int64_t value = 0;
+};
+
+int64_t tuned_or(TunedHost& t, int world, int64_t builtin) {
+  const uint64_t now = tuning::generation();
+  if (now != t.gen || world != t.world) {
+    static const std::string signature = tuning::host_signature();
+    const auto v = tuning::lookup("host", t.key, world, signature);
+    t.value = v && *v >= t.lo && *v <= t.hi ? *v : builtin;
+    t.gen = now;
+    t.world = world;
   }
-  static const std::string signature = tuning::host_signature();
-  auto tuned = tuning::lookup("host", "all_reduce.one_shot_max_bytes", world, signature);
-  int64_t v =
-      tuned && *tuned >= 0 ? *tuned : static_cast<int64_t>(builtin_one_shot_max_bytes(world));
-  if (world >= 0 && world < kCached) cache[world].store(v + 1, std::memory_order_relaxed);
-  return static_cast<size_t>(v);
+  return t.value;
+}
+
+size_t one_shot_max_bytes(int world) {
+  thread_local TunedHost t{"all_reduce.one_shot_max_bytes", 0, int64_t{1} << 40};
+  return static_cast<size_t>(
+      tuned_or(t, world, static_cast<int64_t>(builtin_one_shot_max_bytes(world))));
+}
+
+// NOTE [host chunk sizes]
+// Two host collectives work in pieces whose size is a trade between cache reuse and per-piece
+// cost, so symmem-tune measures them per machine and world size (tools/tune/tune.cpp):
+//  - "all_reduce.piece_bytes": the zero-copy two_shot reduces its chunk a piece at a time and
+//    stores each piece into every peer's output while it is still in cache. Only the rank's own
+//    loop depends on it, so ranks need not agree on it.
+//  - "broadcast.chunk_bytes": the root publishes its input in chunks that peers copy as each is
+//    signalled (a pipeline). Root and peers must cut the same chunks, so the root's size is
+//    published with its first chunk and the peers' own entries are not used.
+// Built in (no entry, host_ops.hpp): 256 KiB pieces and 512 KiB chunks, the sizes these ops had
+// before they were tuned; docs/performance.md has what symmem-tune measured.
+
+size_t piece_bytes(int world) {
+  thread_local TunedHost t{"all_reduce.piece_bytes", 4 << 10, int64_t{1} << 30};
+  return static_cast<size_t>(tuned_or(t, world, static_cast<int64_t>(kHostPieceBytes)));
+}
+
+size_t broadcast_chunk_bytes(int world) {
+  thread_local TunedHost t{"broadcast.chunk_bytes", 4 << 10, int64_t{1} << 30};
+  return static_cast<size_t>(tuned_or(t, world, static_cast<int64_t>(kHostBroadcastChunkBytes)));
 }
 
 // ---- all_reduce ------------------------------------------------------------------------------
@@ -172,7 +209,7 @@ void all_reduce(const OpArgs& a) {
     // peer's recv while it is still in cache: the reduced data is read from memory once
     // instead of once per rank (peers pulling it), and one barrier (ours are all written) ends
     // the op. Not in place: peers' stores land in recv while we still read send.
-    const size_t piece = std::max<size_t>(per_line, (256u << 10) / es);
+    const size_t piece = std::max<size_t>(per_line, piece_bytes(n) / es / per_line * per_line);
     std::vector<const void*> at(n);
     for (size_t off = 0; off < len(r); off += piece) {
       const size_t m = std::min(piece, len(r) - off);
@@ -327,19 +364,28 @@ void broadcast(const OpArgs& a) {
     copy_bytes(a.recv, a.send, bytes);
     return;
   }
-  constexpr size_t kChunk = 512 * 1024;
-  Ctx c(a, bytes);
+  // The root's chunk size leads its staging area, so that every peer cuts the root's chunks
+  // whatever its own tuning says (NOTE [host chunk sizes]).
+  constexpr size_t kHead = 64;
+  Ctx c(a, kHead + bytes);
   PadSync sync = c.sync();
-  const size_t chunks = bytes == 0 ? 1 : (bytes + kChunk - 1) / kChunk;
+  char* stage = c.data(root) + kHead;
+  size_t chunk = broadcast_chunk_bytes(n);
+  if (r == root) std::memcpy(c.data(r), &chunk, sizeof chunk);
+  size_t chunks = 1;  // known from chunk 0 on
   for (size_t k = 0; k < chunks; ++k) {
-    size_t off = k * kChunk, m = std::min(kChunk, bytes - std::min(bytes, off));
+    if (r != root) sync.wait(root);  // chunk k is staged (at k = 0, with its size)
+    if (k == 0) {
+      if (r != root) std::memcpy(&chunk, c.data(root), sizeof chunk);
+      chunks = bytes == 0 ? 1 : (bytes + chunk - 1) / chunk;
+    }
+    const size_t off = k * chunk, m = std::min(chunk, bytes - std::min(bytes, off));
     if (r == root) {
-      copy_bytes(c.data(r) + off, cptr(a.send) + off, m);
+      copy_bytes(stage + off, cptr(a.send) + off, m);
       for (int p = 0; p < n; ++p)
         if (p != r) sync.signal(p);
     } else {
-      sync.wait(root);
-      copy_bytes(cptr(a.recv) + off, c.data(root) + off, m);
+      copy_bytes(cptr(a.recv) + off, stage + off, m);
     }
   }
   if (r == root) copy_bytes(a.recv, a.send, bytes);

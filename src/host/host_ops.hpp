@@ -20,4 +20,9 @@ SYMMEM_API void host_run_op(const OpArgs& args);
 // (symmem-tune's file, else the built-in table).
 SYMMEM_API size_t host_one_shot_max_bytes(int world);
 
+// The built-in chunk sizes of NOTE [host chunk sizes] (host_ops.cpp), used without a tuning
+// file's "all_reduce.piece_bytes" / "broadcast.chunk_bytes" entry.
+inline constexpr size_t kHostPieceBytes = 256 << 10;
+inline constexpr size_t kHostBroadcastChunkBytes = 512 << 10;
+
 }  // namespace symmem

@@ -65,4 +65,15 @@ TEST(TuneDecide, SpinIsTheShortestWithinThreePercentOfTheFastest) {
   EXPECT_EQ(symmem::tune::shortest_within({}, {}), -1);
 }
 
+TEST(TuneDecide, ChunkIsTheFastestUnlessTheBuiltInIsWithinNoise) {
+  const std::vector<int64_t> sizes = {64, 128, 256, 512, 1024};
+  // 128 is fastest by 5% over the built-in 256: written.
+  EXPECT_EQ(symmem::tune::fastest_unless_within(sizes, {3.0, 1.90, 2.0, 2.1, 2.5}, 256), 128);
+  // 128 is fastest but the built-in 256 is within 3%: the built-in stays.
+  EXPECT_EQ(symmem::tune::fastest_unless_within(sizes, {3.0, 1.98, 2.0, 2.1, 2.5}, 256), 256);
+  // A built-in that was not measured never wins.
+  EXPECT_EQ(symmem::tune::fastest_unless_within(sizes, {3.0, 2.5, 2.0, 2.1, 1.0}, 4096), 1024);
+  EXPECT_EQ(symmem::tune::fastest_unless_within({}, {}, 256), 256);
+}
+
 }  // namespace

@@ -25,6 +25,11 @@ if os.cpu_count() >= 2:
     assert [x["world"] for x in s] == [2] and s[0]["value"] in (0, 5, 20, 50, 200), s
 else:
     assert s == [], s
+# The host chunk sizes (NOTE [host chunk sizes]): one of the candidates each.
+for key in ("all_reduce.piece_bytes", "broadcast.chunk_bytes"):
+    c = [x for x in j["entries"] if x["key"] == key]
+    assert [x["world"] for x in c] == [2], (key, c)
+    assert c[0]["value"] in [k << 10 for k in (32, 64, 128, 256, 512, 1024, 2048)], (key, c)
 PY
 
 # 1b. 4 ranks (a reduced grid): the crossover for 2, 3 and 4 ranks, the spin where the ranks do
@@ -81,4 +86,23 @@ if HOME="$t/home" XDG_CACHE_HOME="$t/cache" ZERO="$t/zero.json" "$run" -n 2 -- b
 fi
 grep -q "chose another all_reduce algorithm" "$t/b3.log" \
   || { cat "$t/b3.log"; fail "the disagreement is not named"; }
+# 5. A broadcast chunk entry on one rank only: the root's chunks decide (they travel with the
+#    first one), so the result is right either way round, and the log names the entry used.
+python3 - "$t/chunk.json" "$sig" <<'PY'
+import json, sys
+json.dump({"format": "symmem-tuning", "version": 1, "entries": [
+    {"backend": "host", "signature": sys.argv[2], "key": "broadcast.chunk_bytes",
+     "world": 2, "value": 4096, "measured": "test"}]}, open(sys.argv[1], "w"))
+PY
+for chunked in 0 1; do
+  if ! HOME="$t/home" XDG_CACHE_HOME="$t/cache" CHUNK="$t/chunk.json" CHUNKED=$chunked \
+    SYMMEM_DEBUG=INFO SYMMEM_DEBUG_SUBSYS=ENV "$run" -n 2 -- bash -c \
+    '[ "$SYMMEM_RANK" = "$CHUNKED" ] && export SYMMEM_TUNING_FILE=$CHUNK
+     exec "$0" --op broadcast -b 4K -e 1M -f 4 -n 2 -w 0' "$bench" > "$t/b5.log" 2>&1; then
+    cat "$t/b5.log"; fail "broadcast with a chunk entry on rank $chunked only failed"
+  fi
+  grep -q "OK: 0 wrong" "$t/b5.log" || { cat "$t/b5.log"; fail "broadcast not verified"; }
+  grep -q "tuning: host broadcast.chunk_bytes for 2 ranks = 4096 from $t/chunk.json" "$t/b5.log" \
+    || { cat "$t/b5.log"; fail "the log does not name the broadcast chunk entry"; }
+done
 echo "tune_roundtrip: OK"

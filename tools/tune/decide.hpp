@@ -53,4 +53,17 @@ inline int64_t shortest_within(const std::vector<int64_t>& candidates,
   return -1;
 }
 
+// The fastest candidate, unless `fallback` (the built-in value, one of the candidates) is within
+// `margin` of it: a size is only written when it beats the built-in one by more than noise.
+inline int64_t fastest_unless_within(const std::vector<int64_t>& candidates,
+                                     const std::vector<double>& seconds, int64_t fallback,
+                                     double margin = 0.03) {
+  size_t best = 0;
+  for (size_t i = 1; i < candidates.size() && i < seconds.size(); ++i)
+    if (seconds[i] < seconds[best]) best = i;
+  for (size_t i = 0; i < candidates.size() && i < seconds.size(); ++i)
+    if (candidates[i] == fallback && seconds[i] <= seconds[best] * (1.0 + margin)) return fallback;
+  return candidates.empty() ? fallback : candidates[best];
+}
+
 }  // namespace symmem::tune

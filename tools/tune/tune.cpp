@@ -23,7 +23,10 @@
 //
 // The host target also times a 4 KiB all_reduce, ranks arriving 10 us apart, with several spin
 // lengths of the waits (world sizes up to the core count; with more ranks waits do not spin) and
-// writes the shortest within 3% of the fastest as host "wait.spin_us" (core/pad_sync.hpp).
+// writes the shortest within 3% of the fastest as host "wait.spin_us" (core/pad_sync.hpp), and
+// times the two_shot all_reduce and the broadcast at --max-bytes with several chunk sizes
+// (NOTE [host chunk sizes] in src/host/host_ops.cpp): host "all_reduce.piece_bytes" and
+// "broadcast.chunk_bytes", the fastest unless the built-in size is within 3% of it.
 //
 // Entries of the file for the same backend, key, world size and machine are replaced; the rest
 // is kept. Rank 0 prints the measurements and writes the file.
@@ -49,6 +52,7 @@
 #include "bench_mem.hpp"     // GPU buffers and CUDA-event timing without linking CUDA
 #include "core/tuning.hpp"
 #include "decide.hpp"
+#include "host/host_ops.hpp"  // the built-in chunk sizes
 #include "symmem/backend.hpp"
 #include "symmem/symmem.hpp"
 
@@ -309,6 +313,63 @@ Result tune_spin(const Group& g, const Target& t, const Args& a) {
   return r;
 }
 
+// The slowest rank's mean seconds per call of `call` (host: by the CPU clock), after two
+// warm-up calls and a barrier.
+template <class Fn>
+double time_calls(const Group& g, int iters, Fn call) {
+  OpOptions h;
+  h.device = Device::cpu();
+  for (int i = 0; i < 2; ++i) call();
+  barrier(g, h);
+  const double t0 = now_s();
+  for (int i = 0; i < iters; ++i) call();
+  double secs = (now_s() - t0) / iters, slowest = 0;
+  all_reduce(&secs, &slowest, 1, DType::f64, ReduceOp::max, g, h);
+  return slowest;
+}
+
+// A host chunk size (NOTE [host chunk sizes] in src/host/host_ops.cpp): `call` (an op of
+// --max-bytes) timed with each candidate size (every rank sets the same override in lockstep),
+// best of three alternating rounds. The fastest is written unless the built-in size is within 3%
+// of it.
+template <class Fn>
+Result tune_chunk(const Group& g, const Target& t, const Args& a, const char* key, size_t builtin,
+                  Fn call) {
+  const std::vector<int64_t> kCandidates = {32 << 10,  64 << 10, 128 << 10, 256 << 10,
+                                            512 << 10, 1 << 20,  2 << 20};
+  Result r{t.backend, key, signature_of(t, g), g.world_size(), 0, {}};
+  std::vector<double> best(kCandidates.size(), 1e30);
+  for (int rep = 0; rep < 3; ++rep) {
+    for (size_t i = 0; i < kCandidates.size(); ++i) {
+      tuning::set_override("host", key, g.world_size(), kCandidates[i]);
+      best[i] = std::min(best[i], time_calls(g, a.iters, call));
+    }
+  }
+  tuning::set_override("host", key, g.world_size(), std::nullopt);
+  for (size_t i = 0; i < kCandidates.size(); ++i)
+    r.rows.emplace_back(static_cast<size_t>(kCandidates[i]), best[i], 0.0);
+  r.threshold = tune::fastest_unless_within(kCandidates, best, static_cast<int64_t>(builtin));
+  return r;
+}
+
+// The host's two chunk sizes for one world size, on the tune's operands (x, y of --max-bytes):
+// the zero-copy two_shot all_reduce x -> y, and a broadcast from rank 0 of x into y.
+std::vector<Result> tune_host_chunks(const Group& g, const Target& t, const Args& a,
+                                     const Operands& v) {
+  const size_t count = a.max_bytes / 4;
+  const void* x = v.x.ptr(v.x.rank());
+  void* y = v.y.ptr(v.y.rank());
+  OpOptions two;
+  two.device = Device::cpu();
+  two.algo = Algo::two_shot;
+  OpOptions cpu;
+  cpu.device = Device::cpu();
+  return {tune_chunk(g, t, a, "all_reduce.piece_bytes", kHostPieceBytes,
+                     [&] { all_reduce(x, y, count, DType::f32, ReduceOp::sum, g, two); }),
+          tune_chunk(g, t, a, "broadcast.chunk_bytes", kHostBroadcastChunkBytes,
+                     [&] { broadcast(x, y, count, DType::f32, 0, g, cpu); })};
+}
+
 std::string utc_now() {
   std::time_t t = std::time(nullptr);
   char buf[32];
@@ -450,6 +511,19 @@ int run(int argc, char** argv) {
           }
           results.push_back(per_sm);
           results.push_back(from);
+        }
+        if (t.backend == "host") {
+          for (Result& c : tune_host_chunks(sub, t, a, v)) {
+            if (g.rank() == 0) {
+              std::printf("# host %s, %d ranks, %zu bytes: %s = %lld\n",
+                          c.key.substr(0, c.key.find('.')).c_str(), w, a.max_bytes, c.key.c_str(),
+                          static_cast<long long>(c.threshold));
+              std::printf("%12s %14s\n", "chunk(B)", "op(us)");
+              for (auto [size, us, unused] : c.rows) std::printf("%12zu %14.2f\n", size, us * 1e6);
+              std::fflush(stdout);
+            }
+            results.push_back(std::move(c));
+          }
         }
         v.x.free();
         v.y.free();
