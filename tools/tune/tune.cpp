@@ -24,9 +24,9 @@
 // The host target also times a 4 KiB all_reduce, ranks arriving 10 us apart, with several spin
 // lengths of the waits (world sizes up to the core count; with more ranks waits do not spin) and
 // writes the shortest within 3% of the fastest as host "wait.spin_us" (core/pad_sync.hpp), and
-// times the two_shot all_reduce and the broadcast at --max-bytes with several chunk sizes
-// (NOTE [host chunk sizes] in src/host/host_ops.cpp): host "all_reduce.piece_bytes" and
-// "broadcast.chunk_bytes", the fastest unless the built-in size is within 3% of it.
+// times the two_shot all_reduce and the broadcast at three sizes up to --max-bytes with several
+// chunk sizes (NOTE [host chunk sizes] in src/host/host_ops.cpp): host "all_reduce.piece_bytes"
+// and "broadcast.chunk_bytes", the best over the sizes unless the built-in one is within 3%.
 //
 // Entries of the file for the same backend, key, world size and machine are replaced; the rest
 // is kept. Rank 0 prints the measurements and writes the file.
@@ -328,27 +328,36 @@ double time_calls(const Group& g, int iters, Fn call) {
   return slowest;
 }
 
-// A host chunk size (NOTE [host chunk sizes] in src/host/host_ops.cpp): `call` (an op of
-// --max-bytes) timed with each candidate size (every rank sets the same override in lockstep),
-// best of three alternating rounds. The fastest is written unless the built-in size is within 3%
-// of it.
+// A host chunk size (NOTE [host chunk sizes] in src/host/host_ops.cpp): `call(count)` (an op of
+// `count` f32) timed with each candidate size (every rank sets the same override in lockstep) at
+// --max-bytes / 16, / 4 and / 1, best of three alternating rounds. One size serves every message,
+// so a candidate's score is the sum over the sizes of its time over the fastest candidate's
+// there (the number of sizes for one that is fastest at each). The best score is written unless
+// the built-in size's is within 3% of it. Rows: the candidate, its score, its time at --max-bytes.
 template <class Fn>
 Result tune_chunk(const Group& g, const Target& t, const Args& a, const char* key, size_t builtin,
                   Fn call) {
   const std::vector<int64_t> kCandidates = {32 << 10,  64 << 10, 128 << 10, 256 << 10,
                                             512 << 10, 1 << 20,  2 << 20};
   Result r{t.backend, key, signature_of(t, g), g.world_size(), 0, {}};
-  std::vector<double> best(kCandidates.size(), 1e30);
-  for (int rep = 0; rep < 3; ++rep) {
-    for (size_t i = 0; i < kCandidates.size(); ++i) {
-      tuning::set_override("host", key, g.world_size(), kCandidates[i]);
-      best[i] = std::min(best[i], time_calls(g, a.iters, call));
+  std::vector<double> score(kCandidates.size(), 0.0), at_max(kCandidates.size(), 0.0);
+  for (size_t div : {16, 4, 1}) {
+    const size_t count = std::max<size_t>(1, a.max_bytes / div / 4);
+    std::vector<double> best(kCandidates.size(), 1e30);
+    for (int rep = 0; rep < 3; ++rep) {
+      for (size_t i = 0; i < kCandidates.size(); ++i) {
+        tuning::set_override("host", key, g.world_size(), kCandidates[i]);
+        best[i] = std::min(best[i], time_calls(g, a.iters, [&] { call(count); }));
+      }
     }
+    const double fastest = *std::min_element(best.begin(), best.end());
+    for (size_t i = 0; i < kCandidates.size(); ++i) score[i] += best[i] / fastest;
+    at_max = best;
   }
   tuning::set_override("host", key, g.world_size(), std::nullopt);
   for (size_t i = 0; i < kCandidates.size(); ++i)
-    r.rows.emplace_back(static_cast<size_t>(kCandidates[i]), best[i], 0.0);
-  r.threshold = tune::fastest_unless_within(kCandidates, best, static_cast<int64_t>(builtin));
+    r.rows.emplace_back(static_cast<size_t>(kCandidates[i]), score[i], at_max[i]);
+  r.threshold = tune::fastest_unless_within(kCandidates, score, static_cast<int64_t>(builtin));
   return r;
 }
 
@@ -356,7 +365,6 @@ Result tune_chunk(const Group& g, const Target& t, const Args& a, const char* ke
 // the zero-copy two_shot all_reduce x -> y, and a broadcast from rank 0 of x into y.
 std::vector<Result> tune_host_chunks(const Group& g, const Target& t, const Args& a,
                                      const Operands& v) {
-  const size_t count = a.max_bytes / 4;
   const void* x = v.x.ptr(v.x.rank());
   void* y = v.y.ptr(v.y.rank());
   OpOptions two;
@@ -365,9 +373,9 @@ std::vector<Result> tune_host_chunks(const Group& g, const Target& t, const Args
   OpOptions cpu;
   cpu.device = Device::cpu();
   return {tune_chunk(g, t, a, "all_reduce.piece_bytes", kHostPieceBytes,
-                     [&] { all_reduce(x, y, count, DType::f32, ReduceOp::sum, g, two); }),
+                     [&](size_t n) { all_reduce(x, y, n, DType::f32, ReduceOp::sum, g, two); }),
           tune_chunk(g, t, a, "broadcast.chunk_bytes", kHostBroadcastChunkBytes,
-                     [&] { broadcast(x, y, count, DType::f32, 0, g, cpu); })};
+                     [&](size_t n) { broadcast(x, y, n, DType::f32, 0, g, cpu); })};
 }
 
 std::string utc_now() {
@@ -515,11 +523,12 @@ int run(int argc, char** argv) {
         if (t.backend == "host") {
           for (Result& c : tune_host_chunks(sub, t, a, v)) {
             if (g.rank() == 0) {
-              std::printf("# host %s, %d ranks, %zu bytes: %s = %lld\n",
+              std::printf("# host %s, %d ranks, up to %zu bytes: %s = %lld\n",
                           c.key.substr(0, c.key.find('.')).c_str(), w, a.max_bytes, c.key.c_str(),
                           static_cast<long long>(c.threshold));
-              std::printf("%12s %14s\n", "chunk(B)", "op(us)");
-              for (auto [size, us, unused] : c.rows) std::printf("%12zu %14.2f\n", size, us * 1e6);
+              std::printf("%12s %14s %14s\n", "chunk(B)", "score", "at max(us)");
+              for (auto [size, sc, us] : c.rows)
+                std::printf("%12zu %14.3f %14.2f\n", size, sc, us * 1e6);
               std::fflush(stdout);
             }
             results.push_back(std::move(c));
