@@ -5,7 +5,8 @@
 // key "all_reduce.one_shot_max_bytes"; cuda: the largest piece that goes LL, key
 // "ll_max_bytes") have built-in tables, one per backend, in one place each
 // (src/host/host_ops.cpp one_shot_max_bytes, src/cuda/kernels/tuning.hpp). So do the other
-// keys: host "wait.spin_us" (core/pad_sync.hpp), cuda "two_shot.blocks_per_sm" and
+// keys: host "wait.spin_us" (core/pad_sync.hpp), "all_reduce.piece_bytes" and
+// "broadcast.chunk_bytes" (NOTE [host chunk sizes]), cuda "two_shot.blocks_per_sm" and
 // "two_shot.blocks_min_bytes" (NOTE [two-shot blocks]). symmem-tune measures them on a machine
 // and writes a JSON tuning file:
 //
