@@ -139,14 +139,12 @@ struct FdCloser {
 
 class HostMemory final : public BackendMemory {
  public:
-  HostMemory(int rank, int world, std::vector<int> global, std::string label, size_t bytes,
-             size_t pad_bytes, size_t pad_off, size_t ctrl_off, size_t map_bytes, bool crowded)
+  HostMemory(int rank, int world, std::vector<int> global, std::string label, size_t pad_off,
+             size_t ctrl_off, size_t map_bytes, bool crowded)
       : rank_(rank),
         world_(world),
         global_(std::move(global)),
         label_(std::move(label)),
-        bytes_(bytes),
-        pad_bytes_(pad_bytes),
         pad_off_(pad_off),
         ctrl_off_(ctrl_off),
         map_bytes_(map_bytes),
@@ -410,8 +408,6 @@ class HostMemory final : public BackendMemory {
   std::vector<int> global_;
   std::shared_ptr<detail::AbortState> abort_;  // of the allocation's group
   std::string label_;
-  size_t bytes_;
-  size_t pad_bytes_;
   size_t pad_off_;
   size_t ctrl_off_;
   size_t map_bytes_;
@@ -486,9 +482,8 @@ std::shared_ptr<BackendMemory> HostBackend::allocate(const Group& group,
   std::vector<int> global(world);
   for (int r = 0; r < world; ++r) global[r] = group.global_rank(r);
   std::string label = "allocation #" + std::to_string(info.alloc_id) + " of group " + group.name();
-  auto mem =
-      std::make_shared<HostMemory>(rank, world, global, label, info.bytes, info.signal_pad_bytes,
-                                   pad_off, ctrl_off, map_bytes, /*crowded=*/false);
+  auto mem = std::make_shared<HostMemory>(rank, world, global, label, pad_off, ctrl_off, map_bytes,
+                                          /*crowded=*/false);
   mem->set_abort(detail::abort_state(group));
 
   // This rank's memfd: sized, backed, sealed, mapped.
