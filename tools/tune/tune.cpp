@@ -75,9 +75,10 @@ struct Args {
   std::cerr << "symmem-tune: " << why
             << "\nusage: symmem-run -n N -- symmem-tune [--backend host|cuda|all] [--out FILE] "
                "[--min-bytes B] [--max-bytes B] [-n ITERS]\n"
-               "Measures the one_shot/two_shot all_reduce crossover of the host backend and (all,\n"
-               "where it can serve) of the cuda backend for 2..N ranks and writes it to FILE\n"
-               "(default: SYMMEM_TUNING_FILE, else ~/.cache/symmem/tuning.json).\n";
+               "Measures what Algo::automatic and the collectives choose from, for 2..N ranks: the\n"
+               "host backend's one_shot/two_shot crossover, waits' spin and chunk sizes, and (all,\n"
+               "where it can serve) the cuda backend's LL crossover and two-shot grid; writes them\n"
+               "to FILE (default: SYMMEM_TUNING_FILE, else ~/.cache/symmem/tuning.json).\n";
   std::exit(2);
 }
 
