@@ -75,10 +75,10 @@ struct Args {
   std::cerr << "symmem-tune: " << why
             << "\nusage: symmem-run -n N -- symmem-tune [--backend host|cuda|all] [--out FILE] "
                "[--min-bytes B] [--max-bytes B] [-n ITERS]\n"
-               "Measures what Algo::automatic and the collectives choose from, for 2..N ranks: the\n"
-               "host backend's one_shot/two_shot crossover, waits' spin and chunk sizes, and (all,\n"
-               "where it can serve) the cuda backend's LL crossover and two-shot grid; writes them\n"
-               "to FILE (default: SYMMEM_TUNING_FILE, else ~/.cache/symmem/tuning.json).\n";
+               "Measures what the collectives choose from, for 2..N ranks: the host backend's\n"
+               "one_shot/two_shot crossover, waits' spin and chunk sizes, and (all, where it\n"
+               "can serve) the cuda backend's LL crossover and two-shot grid; writes them to\n"
+               "FILE (default: SYMMEM_TUNING_FILE, else ~/.cache/symmem/tuning.json).\n";
   std::exit(2);
 }
 
