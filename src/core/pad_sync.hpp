@@ -341,18 +341,8 @@ class PadSync {
   // moves (symmem-tune changes it between measurements).
   static constexpr std::chrono::microseconds kSpinTime{20};
   static std::chrono::microseconds spin_time(int world) {
-    thread_local uint64_t gen = ~uint64_t{0};
-    thread_local int for_world = -1;
-    thread_local int64_t us = 0;
-    const uint64_t now = tuning::generation();
-    if (now != gen || world != for_world) {
-      static const std::string signature = tuning::host_signature();
-      const auto tuned = tuning::lookup("host", "wait.spin_us", world, signature);
-      us = tuned && *tuned >= 0 && *tuned <= 1000000 ? *tuned : kSpinTime.count();
-      gen = now;
-      for_world = world;
-    }
-    return std::chrono::microseconds(us);
+    thread_local tuning::HostEntry e{"wait.spin_us", 0, 1000000};
+    return std::chrono::microseconds(tuning::host_value(e, world, kSpinTime.count()));
   }
   // NOTE [pad wait backoff]: a sched_yield that took [kSwitchMin, kPeerRunMax) ran someone else
   // briefly; with the awaited signal there afterwards, that was the peer.

@@ -174,6 +174,18 @@ uint64_t generation() {
   return g_generation.load(std::memory_order_acquire);
 }
 
+int64_t host_value(HostEntry& e, int world, int64_t builtin) {
+  const uint64_t now = generation();
+  if (now != e.gen || world != e.world) {
+    static const std::string signature = host_signature();
+    const auto v = lookup("host", e.key, world, signature);
+    e.value = v && *v >= e.lo && *v <= e.hi ? *v : builtin;
+    e.gen = now;
+    e.world = world;
+  }
+  return e.value;
+}
+
 void reset_for_testing() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);

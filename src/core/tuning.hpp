@@ -55,6 +55,19 @@ SYMMEM_API void set_override(std::string_view backend, std::string_view key, int
 // hot path can keep a looked-up value until it does.
 SYMMEM_API uint64_t generation();
 
+// A host entry for `world` ranks on this machine (host_signature()) when it lies in [lo, hi],
+// else `builtin`, kept by the caller (one thread_local HostEntry per key) until the world size or
+// generation() moves: lookup() takes a lock, and symmem-tune moves the generation with each
+// override it measures. Used on the ops' paths (host_ops.cpp, pad_sync.hpp).
+struct HostEntry {
+  const char* key;
+  int64_t lo, hi;
+  uint64_t gen = ~uint64_t{0};
+  int world = -1;
+  int64_t value = 0;
+};
+SYMMEM_API int64_t host_value(HostEntry& e, int world, int64_t builtin);
+
 // For tests: forget the file read so far (the next lookup reads it again) and every override.
 SYMMEM_API void reset_for_testing();
 

@@ -89,34 +89,10 @@ size_t builtin_one_shot_max_bytes(int world) {
   return 64 << 10;
 }
 
-// A host entry of the tuning file (NOTE [tuning file]) for `world` ranks on this machine when it
-// lies in [lo, hi], else `builtin`. Kept per thread and key until the world size or
-// tuning::generation() changes: a lookup takes a lock, and symmem-tune moves the generation with
-// each override it measures.
-struct TunedHost {
-  const char* key;
-  int64_t lo, hi;
-  uint64_t gen = ~uint64_t{0};
-  int world = -1;
-  int64_t value = 0;
-};
-
-int64_t tuned_or(TunedHost& t, int world, int64_t builtin) {
-  const uint64_t now = tuning::generation();
-  if (now != t.gen || world != t.world) {
-    static const std::string signature = tuning::host_signature();
-    const auto v = tuning::lookup("host", t.key, world, signature);
-    t.value = v && *v >= t.lo && *v <= t.hi ? *v : builtin;
-    t.gen = now;
-    t.world = world;
-  }
-  return t.value;
-}
-
 size_t one_shot_max_bytes(int world) {
-  thread_local TunedHost t{"all_reduce.one_shot_max_bytes", 0, int64_t{1} << 40};
+  thread_local tuning::HostEntry e{"all_reduce.one_shot_max_bytes", 0, int64_t{1} << 40};
   return static_cast<size_t>(
-      tuned_or(t, world, static_cast<int64_t>(builtin_one_shot_max_bytes(world))));
+      tuning::host_value(e, world, static_cast<int64_t>(builtin_one_shot_max_bytes(world))));
 }
 
 // NOTE [host chunk sizes]
@@ -132,13 +108,14 @@ size_t one_shot_max_bytes(int world) {
 // before they were tuned; docs/performance.md has what symmem-tune measured.
 
 size_t piece_bytes(int world) {
-  thread_local TunedHost t{"all_reduce.piece_bytes", 4 << 10, int64_t{1} << 30};
-  return static_cast<size_t>(tuned_or(t, world, static_cast<int64_t>(kHostPieceBytes)));
+  thread_local tuning::HostEntry e{"all_reduce.piece_bytes", 4 << 10, int64_t{1} << 30};
+  return static_cast<size_t>(tuning::host_value(e, world, static_cast<int64_t>(kHostPieceBytes)));
 }
 
 size_t broadcast_chunk_bytes(int world) {
-  thread_local TunedHost t{"broadcast.chunk_bytes", 4 << 10, int64_t{1} << 30};
-  return static_cast<size_t>(tuned_or(t, world, static_cast<int64_t>(kHostBroadcastChunkBytes)));
+  thread_local tuning::HostEntry e{"broadcast.chunk_bytes", 4 << 10, int64_t{1} << 30};
+  return static_cast<size_t>(
+      tuning::host_value(e, world, static_cast<int64_t>(kHostBroadcastChunkBytes)));
 }
 
 // ---- all_reduce ------------------------------------------------------------------------------
