@@ -131,6 +131,21 @@ struct Target {
   bench::MemIO* io = nullptr;  // cuda: buffers and CUDA-event timing
 };
 
+// The slowest rank's mean seconds per call of `call` (host: by the CPU clock), after two
+// warm-up calls and a barrier.
+template <class Fn>
+double time_calls(const Group& g, int iters, Fn call) {
+  OpOptions h;
+  h.device = Device::cpu();
+  for (int i = 0; i < 2; ++i) call();
+  barrier(g, h);
+  const double t0 = now_s();
+  for (int i = 0; i < iters; ++i) call();
+  double secs = (now_s() - t0) / iters, slowest = 0;
+  all_reduce(&secs, &slowest, 1, DType::f64, ReduceOp::max, g, h);
+  return slowest;
+}
+
 // The slowest rank's seconds per call of all_reduce with `algo`: host, the mean of `iters`
 // calls by the CPU clock; cuda, the median of `iters` calls timed one by one with CUDA events.
 double time_algo(const Group& g, const Target& t, const SymmetricMemory& a,
@@ -140,28 +155,22 @@ double time_algo(const Group& g, const Target& t, const SymmetricMemory& a,
   o.device = t.device;
   const void* src = a.ptr(a.rank());
   void* dst = b.ptr(b.rank());
-  for (int i = 0; i < 2; ++i) all_reduce(src, dst, count, DType::f32, ReduceOp::sum, g, o);
+  auto call = [&] { all_reduce(src, dst, count, DType::f32, ReduceOp::sum, g, o); };
+  if (t.io == nullptr) return time_calls(g, iters, call);
+  for (int i = 0; i < 2; ++i) call();
   OpOptions sync;
   sync.device = t.device;
   barrier(g, sync);  // on the null stream: synchronous on the GPU backends too
-  double secs = 0;
-  if (t.io == nullptr) {
-    double t0 = now_s();
-    for (int i = 0; i < iters; ++i) all_reduce(src, dst, count, DType::f32, ReduceOp::sum, g, o);
-    secs = (now_s() - t0) / iters;
-  } else {
-    t.io->marks(iters);
-    for (int i = 0; i < iters; ++i) {
-      t.io->mark(i);
-      all_reduce(src, dst, count, DType::f32, ReduceOp::sum, g, o);
-    }
-    t.io->mark(iters);
-    t.io->synchronize();
-    std::vector<double> us = t.io->durations_us();
-    std::sort(us.begin(), us.end());
-    secs = us[us.size() / 2] * 1e-6;
+  t.io->marks(iters);
+  for (int i = 0; i < iters; ++i) {
+    t.io->mark(i);
+    call();
   }
-  double slowest = 0;
+  t.io->mark(iters);
+  t.io->synchronize();
+  std::vector<double> us = t.io->durations_us();
+  std::sort(us.begin(), us.end());
+  double secs = us[us.size() / 2] * 1e-6, slowest = 0;
   OpOptions h;
   h.device = Device::cpu();
   all_reduce(&secs, &slowest, 1, DType::f64, ReduceOp::max, g, h);
@@ -312,21 +321,6 @@ Result tune_spin(const Group& g, const Target& t, const Args& a) {
   x.free();
   y.free();
   return r;
-}
-
-// The slowest rank's mean seconds per call of `call` (host: by the CPU clock), after two
-// warm-up calls and a barrier.
-template <class Fn>
-double time_calls(const Group& g, int iters, Fn call) {
-  OpOptions h;
-  h.device = Device::cpu();
-  for (int i = 0; i < 2; ++i) call();
-  barrier(g, h);
-  const double t0 = now_s();
-  for (int i = 0; i < iters; ++i) call();
-  double secs = (now_s() - t0) / iters, slowest = 0;
-  all_reduce(&secs, &slowest, 1, DType::f64, ReduceOp::max, g, h);
-  return slowest;
 }
 
 // A host chunk size (NOTE [host chunk sizes] in src/host/host_ops.cpp): `call(count)` (an op of
