@@ -52,6 +52,9 @@
 //     symmem/moe.hpp orders them), the expert counts, and combine's plan (per source, where each
 //     expert's rows go in its piece);
 //   unpack: each received token's row to its rows: slab start + base[e][s] + its index.
+// With few entries (a decode step's), route and pack are one kernel in which each block routes
+// the tokens it packs (NOTE [moe fused route] in src/cuda/kernels/moe.cu); the numbers are the
+// same.
 // combine: pack the rows of each (source, expert) range in the source's order | all_to_all_v
 // (counts from both sides' plans) | the f32 sums with slot_row. No host synchronisation, no
 // allocation once the scratch is large enough: dispatch and combine can be captured in a CUDA

@@ -162,8 +162,9 @@ struct MoeDeviceApi {
   void (*combine)(const char* op, int rank, int device, const MoeCombineArgs& args,
                   void* stream) = nullptr;
   // A device layout's dispatch before the exchange (route: counts, positions, slot rows; then
-  // pack: count blocks and packs), after it (place: per-expert counts and bases; then unpack:
-  // rows into recv_x), and combine's pack (rows back per source, and both sides' counts).
+  // pack: count blocks and packs; one fused kernel with few entries), after it (place:
+  // per-expert counts and bases; then unpack: rows into recv_x), and combine's pack (rows back
+  // per source, and both sides' counts).
   void (*layout_route_pack)(const char* op, int rank, int device, const MoeDeviceLayoutArgs& a,
                             void* stream) = nullptr;
   void (*layout_place)(const char* op, int rank, int device, const MoeDeviceLayoutArgs& a,

@@ -397,43 +397,66 @@ __device__ __forceinline__ char* piece_for(const MoeDeviceLayoutArgs& a, int r, 
   return direct ? static_cast<char*>(a.peers.buffers[r]) + area : a.send + a.send_off[r] * 4;
 }
 
-// Block 0 writes the count blocks {tokens, entries per local expert, entries before the rank's
-// experts}; each token's block writes its pack into every piece it goes to: header {token, expert
-// ids on that rank or -1, their indices}, row, scales. Into this rank's send pack, or (direct)
-// into the peers' areas.
+// The count blocks {tokens, entries per local expert, entries before the rank's experts} at the
+// start of every piece, from tok(r), hist(e) and ebase(e) (this rank's tokens to r, entries of
+// expert e, entries of the experts before e). The block's threads share the work.
+template <class Tok, class Hist, class Base>
+__device__ __forceinline__ void write_count_blocks(const MoeDeviceLayoutArgs& a, bool direct,
+                                                   int64_t area, Tok tok, Hist hist, Base ebase) {
+  const int64_t n = a.local + 2;
+  for (int64_t i = threadIdx.x; i < static_cast<int64_t>(a.world) * n; i += blockDim.x) {
+    const int r = static_cast<int>(i / n);
+    const int64_t e = i % n;
+    int32_t v = static_cast<int32_t>(ebase(r * a.local));
+    if (e == 0) v = static_cast<int32_t>(tok(r));
+    if (e > 0 && e <= a.local) v = static_cast<int32_t>(hist(r * a.local + e - 1));
+    reinterpret_cast<int32_t*>(piece_for(a, r, direct, area))[e] = v;
+  }
+}
+
+// Token t's pack at place `pos` of piece r, which starts at `piece` (the block's threads share
+// it): header {token, the expert ids of its slots on r or -1, their indices}, row, scales.
+// expert(j) is slot j's expert (-1: dropped), index(j) its index among this rank's entries of
+// that expert.
+template <class Expert, class Index>
+__device__ __forceinline__ void pack_token(const LayoutParams& p, char* piece, int64_t t, int r,
+                                           int32_t pos, Expert expert, Index index) {
+  const MoeDeviceLayoutArgs& a = p.a;
+  char* dst = piece + a.cb + static_cast<int64_t>(pos) * a.pack;
+  auto* h = reinterpret_cast<int32_t*>(dst);
+  for (int j = threadIdx.x; j <= 2 * a.k; j += blockDim.x) {
+    int32_t v = static_cast<int32_t>(t);
+    if (j > 0) {
+      const int slot = j <= a.k ? j - 1 : j - 1 - a.k;
+      const int e = expert(slot);
+      const bool here = e >= 0 && e / a.local == r;
+      v = !here ? -1 : (j <= a.k ? e : index(slot));
+    }
+    h[j] = v;
+  }
+  copy_bytes(dst + a.header, a.x + t * a.row_bytes, a.row_bytes, p.w_row);
+  if (a.scale_bytes > 0)
+    copy_bytes(dst + a.header + a.row_bytes, a.x_scales + t * a.scale_bytes, a.scale_bytes,
+               p.w_scale);
+}
+
+// After the route kernel: block 0 writes the count blocks; each token's block writes its pack
+// into every piece it goes to. Into this rank's send pack, or (direct) into the peers' areas.
 __device__ __forceinline__ void pack_pieces(const LayoutParams& p, bool direct, int64_t area) {
   const MoeDeviceLayoutArgs& a = p.a;
   if (blockIdx.x == 0) {
-    const int64_t n = a.local + 2;
-    for (int64_t i = threadIdx.x; i < static_cast<int64_t>(a.world) * n; i += blockDim.x) {
-      const int r = static_cast<int>(i / n);
-      const int64_t e = i % n;
-      int32_t v = static_cast<int32_t>(a.ebase[r * a.local]);  // entries before r's experts
-      if (e == 0) v = static_cast<int32_t>(a.tok_count[r]);
-      if (e > 0 && e <= a.local) v = a.hist[r * a.local + e - 1];
-      reinterpret_cast<int32_t*>(piece_for(a, r, direct, area))[e] = v;
-    }
+    write_count_blocks(
+        a, direct, area, [&](int r) { return a.tok_count[r]; },
+        [&](int64_t e) { return a.hist[e]; }, [&](int64_t e) { return a.ebase[e]; });
   }
   for (int64_t t = blockIdx.x; t < a.tokens; t += gridDim.x) {
     for (int r = 0; r < a.world; ++r) {
       const int32_t pos = a.dest_pos[t * a.world + r];
       if (pos < 0) continue;
-      char* dst = piece_for(a, r, direct, area) + a.cb + static_cast<int64_t>(pos) * a.pack;
-      auto* h = reinterpret_cast<int32_t*>(dst);
-      for (int j = threadIdx.x; j <= 2 * a.k; j += blockDim.x) {
-        int32_t v = static_cast<int32_t>(t);
-        if (j > 0) {
-          const int slot = j <= a.k ? j - 1 : j - 1 - a.k;
-          const int e = expert_at(a, t * a.k + slot);
-          const bool here = e >= 0 && e / a.local == r;
-          v = !here ? -1 : (j <= a.k ? e : a.slot_idx[t * a.k + slot]);
-        }
-        h[j] = v;
-      }
-      copy_bytes(dst + a.header, a.x + t * a.row_bytes, a.row_bytes, p.w_row);
-      if (a.scale_bytes > 0)
-        copy_bytes(dst + a.header + a.row_bytes, a.x_scales + t * a.scale_bytes, a.scale_bytes,
-                   p.w_scale);
+      pack_token(
+          p, piece_for(a, r, direct, area), t, r, pos,
+          [&](int j) { return expert_at(a, t * a.k + j); },
+          [&](int j) { return a.slot_idx[t * a.k + j]; });
     }
   }
 }
@@ -485,6 +508,167 @@ __global__ void __launch_bounds__(kMoeThreads) layout_put_kernel(const LayoutPar
   const uint32_t count = *direct_count(a.peers, a.rank);
   pack_pieces(p, true, static_cast<int64_t>(count & 1u) * a.half + a.rank * a.piece);
   finish_put(a.peers, a.rank, a.world, count, a.done, a.parity);
+}
+
+// NOTE [moe fused route]
+// With few entries (tokens x k <= kFusedEntries, as a decode step has), the route and the pack
+// (or the direct put) are one kernel instead of two: the route kernel is one block whose passes
+// over topk_idx wait on memory one after another, about a quarter of a low-latency dispatch under
+// MPS. Here each block routes the tokens it packs by itself, from all the entries, which are few
+// and stay in L2: for token t, slot j with expert e, a pass over every entry counts with warp
+// ballots the entries before (t, j) with expert e (its slot_idx) and all entries of the experts
+// below e (ebase[e]: slot_row = ebase[e] + slot_idx); a pass over tokens t' < t counts those that
+// go to each rank (dest_pos[t][r]). The numbers are those of the route kernel (same order:
+// token, then slot), which writes them for combine; this kernel writes them too. The grid's last
+// block writes what is per expert or per rank (hist, ebase, tok_count, the send counts,
+// back_rows) and the count blocks of every piece. Past kFusedEntries the per-token passes cost
+// more than the route kernel saves (O(entries) per token), so the two kernels stay.
+constexpr int64_t kFusedEntries = 4096;
+constexpr int kFusedMaxWorld = 32;  // a token's ranks are a 32-bit mask
+
+// The ranks token t goes to, as a mask.
+__device__ __forceinline__ uint32_t rank_mask(const MoeDeviceLayoutArgs& a, int64_t t) {
+  uint32_t m = 0;
+  for (int j = 0; j < a.k; ++j) {
+    const int e = expert_at(a, t * a.k + j);
+    if (e >= 0) m |= 1u << (e / a.local);
+  }
+  return m;
+}
+
+// The fused kernel's shared memory (int32): the last block's hist [experts], ebase [experts + 1]
+// and tokens per rank [world]; a token block's slot experts, indices and experts-below counts [k
+// each], and per rank [world each] the tokens before it and all tokens.
+size_t fused_shared_bytes(const MoeDeviceLayoutArgs& a) {
+  const int64_t last = 2 * static_cast<int64_t>(a.experts) + 1 + a.world;
+  const int64_t token = 3 * static_cast<int64_t>(a.k) + 2 * static_cast<int64_t>(a.world);
+  return static_cast<size_t>(std::max(last, token)) * sizeof(int32_t);
+}
+
+// The last block of the fused kernel: the per-expert and per-rank numbers, then the count blocks.
+__device__ __forceinline__ void fused_counts(const MoeDeviceLayoutArgs& a, bool direct,
+                                             int64_t area, int32_t* sh) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+  int32_t* hist = sh;                    // [experts]
+  int32_t* ebase = hist + a.experts;     // [experts + 1]
+  int32_t* tok = ebase + a.experts + 1;  // [world]
+  for (int i = tid; i < a.experts; i += nt) hist[i] = 0;
+  for (int r = tid; r < a.world; r += nt) tok[r] = 0;
+  __syncthreads();
+  for (int64_t i = tid; i < a.tokens * a.k; i += nt) {
+    const int e = expert_at(a, i);
+    if (e >= 0) atomicAdd(&hist[e], 1);
+  }
+  for (int64_t t = tid; t < a.tokens; t += nt) {
+    const uint32_t m = rank_mask(a, t);
+    for (int r = 0; r < a.world; ++r)
+      if ((m >> r) & 1u) atomicAdd(&tok[r], 1);
+  }
+  __syncthreads();
+  if (tid < 32) warp_prefix(hist, ebase, a.experts, tid);
+  __syncthreads();
+  for (int e = tid; e < a.experts; e += nt) {
+    a.hist[e] = hist[e];
+    a.ebase[e] = ebase[e];
+  }
+  if (tid == 0) {
+    int64_t off = 0;
+    for (int r = 0; r < a.world; ++r) {
+      const int64_t units = (a.cb + static_cast<int64_t>(tok[r]) * a.pack) / 4;
+      a.tok_count[r] = tok[r];
+      a.send_off[r] = off;
+      a.send_units[r] = units;
+      off += units;
+      a.back_rows[r] = ebase[(r + 1) * a.local] - ebase[r * a.local];
+    }
+  }
+  __syncthreads();  // send_off, which piece_for reads for the send pack
+  write_count_blocks(
+      a, direct, area, [&](int r) { return tok[r]; }, [&](int64_t e) { return hist[e]; },
+      [&](int64_t e) { return ebase[e]; });
+}
+
+// A token block of the fused kernel: routes token t (NOTE [moe fused route]) and packs it. Into
+// the send pack, piece r starts after the pieces before it, so the block also counts every
+// rank's tokens (the last block writes send_off for the exchange, too late for this kernel).
+__device__ __forceinline__ void fused_token(const LayoutParams& p, bool direct, int64_t area,
+                                            int64_t t, int32_t* sh) {
+  const MoeDeviceLayoutArgs& a = p.a;
+  const int tid = threadIdx.x, nt = blockDim.x, lane = tid % 32, k = a.k;
+  int32_t* ej = sh;                   // [k]: slot j's expert, or -1
+  int32_t* same = ej + k;             // [k]: entries before (t, j) with that expert
+  int32_t* below = same + k;          // [k]: entries of the experts below it
+  int32_t* before = below + k;        // [world]: tokens before t that go to rank r
+  int32_t* total = before + a.world;  // [world]: all tokens that go to rank r (send pack only)
+  for (int j = tid; j < k; j += nt) {
+    ej[j] = expert_at(a, t * k + j);
+    same[j] = 0;
+    below[j] = 0;
+  }
+  for (int r = tid; r < 2 * a.world; r += nt) before[r] = 0;  // and total
+  __syncthreads();
+  const int64_t n = a.tokens * k, mine = t * k;
+  // Chunks of 32 entries (tokens), one warp each: every lane of a warp takes part in its ballots.
+  for (int64_t b = tid - lane; b < n; b += nt) {
+    const int64_t i = b + lane;
+    const int e = i < n ? expert_at(a, i) : -1;
+    for (int j = 0; j < k; ++j) {
+      const int x = ej[j];
+      if (x < 0) continue;  // the same for the whole warp
+      const unsigned eq = __ballot_sync(0xffffffffu, e == x && i < mine + j);
+      const unsigned lt = __ballot_sync(0xffffffffu, e >= 0 && e < x);
+      if (lane == 0 && eq != 0) atomicAdd(&same[j], __popc(eq));
+      if (lane == 0 && lt != 0) atomicAdd(&below[j], __popc(lt));
+    }
+  }
+  const int64_t scan = direct ? t : a.tokens;
+  for (int64_t b = tid - lane; b < scan; b += nt) {
+    const int64_t u = b + lane;
+    const uint32_t m = u < scan ? rank_mask(a, u) : 0u;
+    for (int r = 0; r < a.world; ++r) {
+      const unsigned to = __ballot_sync(0xffffffffu, (m >> r) & 1u);
+      const unsigned early = __ballot_sync(0xffffffffu, ((m >> r) & 1u) && u < t);
+      if (lane == 0 && early != 0) atomicAdd(&before[r], __popc(early));
+      if (lane == 0 && to != 0) atomicAdd(&total[r], __popc(to));
+    }
+  }
+  __syncthreads();
+  uint32_t m = 0;
+  for (int j = 0; j < k; ++j)
+    if (ej[j] >= 0) m |= 1u << (ej[j] / a.local);
+  for (int r = tid; r < a.world; r += nt)
+    a.dest_pos[t * a.world + r] = (m >> r) & 1u ? before[r] : -1;
+  for (int j = tid; j < k; j += nt) {
+    a.slot_idx[mine + j] = ej[j] >= 0 ? same[j] : -1;
+    a.slot_row[mine + j] = ej[j] >= 0 ? below[j] + same[j] : -1;
+  }
+  for (int r = 0; r < a.world; ++r) {
+    if (((m >> r) & 1u) == 0) continue;
+    int64_t units = 0;  // where piece r starts in the send pack (the route kernel's send_off)
+    for (int q = 0; q < r && !direct; ++q)
+      units += (a.cb + static_cast<int64_t>(total[q]) * a.pack) / 4;
+    char* piece = direct ? piece_for(a, r, true, area) : a.send + units * 4;
+    pack_token(
+        p, piece, t, r, before[r], [&](int j) { return ej[j]; }, [&](int j) { return same[j]; });
+  }
+  __syncthreads();  // before the next token's block reuses the shared memory
+}
+
+// The fused route and pack (kDirect: and put, then finish_put; NOTE [moe fused route]): blocks
+// 0 .. G-2 take the tokens, block G-1 the counts.
+template <bool kDirect>
+__global__ void __launch_bounds__(kMoeThreads) layout_route_pack_kernel(const LayoutParams p) {
+  extern __shared__ int32_t fused_shared[];
+  const MoeDeviceLayoutArgs& a = p.a;
+  const uint32_t count = kDirect ? *direct_count(a.peers, a.rank) : 0u;
+  const int64_t area = static_cast<int64_t>(count & 1u) * a.half + a.rank * a.piece;
+  if (blockIdx.x == gridDim.x - 1) {
+    fused_counts(a, kDirect, area, fused_shared);
+  } else {
+    for (int64_t t = blockIdx.x; t < a.tokens; t += gridDim.x - 1)
+      fused_token(p, kDirect, area, t, fused_shared);
+  }
+  if (kDirect) finish_put(a.peers, a.rank, a.world, count, a.done, a.parity);
 }
 
 // One block, after the exchange: tokens per source, rows per (local expert, source) and where
@@ -702,15 +886,11 @@ int launch_place_unpack(const MoeDeviceLayoutArgs& a, void* stream) {
   return static_cast<int>(cudaGetLastError());
 }
 
-// route, then pack (into this rank's send pack) or put (direct: into the peers' areas).
+// route, then pack (into this rank's send pack) or put (direct: into the peers' areas); with few
+// entries one fused kernel does both (NOTE [moe fused route]).
 template <bool kDirect>
 int launch_route_pack(const MoeDeviceLayoutArgs& a, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  const RouteShape shape = route_shape(a);
-  if (const int e = allow_shared(layout_route_kernel, shape.shared); e != 0) return e;
-  layout_route_kernel<<<1, static_cast<unsigned>(shape.warps * 32), shape.shared, s>>>(a);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return static_cast<int>(e);
   LayoutParams p;
   p.a = a;
   // Every piece starts 256-byte aligned in its pack or area, so one width serves every peer.
@@ -718,6 +898,18 @@ int launch_route_pack(const MoeDeviceLayoutArgs& a, void* stream) {
   p.w_row = width_of({a.x, a.row_bytes, dst, a.pack, a.row_bytes});
   p.w_scale =
       width_of({a.x_scales, a.scale_bytes, dst + a.header + a.row_bytes, a.pack, a.scale_bytes});
+  const size_t fused = fused_shared_bytes(a);
+  if (a.tokens * a.k <= kFusedEntries && a.world <= kFusedMaxWorld &&
+      fused <= kDefaultSharedBytes) {
+    const auto grid = static_cast<unsigned>(std::min<int64_t>(a.tokens, kMoeMaxBlocks - 1) + 1);
+    layout_route_pack_kernel<kDirect><<<grid, kMoeThreads, fused, s>>>(p);
+    return static_cast<int>(cudaGetLastError());
+  }
+  const RouteShape shape = route_shape(a);
+  if (const int e = allow_shared(layout_route_kernel, shape.shared); e != 0) return e;
+  layout_route_kernel<<<1, static_cast<unsigned>(shape.warps * 32), shape.shared, s>>>(a);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return static_cast<int>(e);
   const auto grid = static_cast<unsigned>(grid_of(a.tokens));
   if (kDirect) {
     layout_put_kernel<<<grid, kMoeThreads, 0, s>>>(p);
