@@ -266,6 +266,28 @@ __device__ __forceinline__ void warp_prefix(const int32_t* v, int32_t* out, int 
   if (lane == 0) out[n] = carry;
 }
 
+// The size of a piece of `tokens` packs (its count block, then the packs), in 4-byte units.
+__device__ __forceinline__ int64_t piece_units(const MoeDeviceLayoutArgs& a, int32_t tokens) {
+  return (a.cb + static_cast<int64_t>(tokens) * a.pack) / 4;
+}
+
+// Thread 0 of the block (all threads may call it), from the tokens to each rank (tok) and the
+// exclusive prefix of the entries per expert (ebase, experts + 1): where each rank's piece starts
+// in the send pack and its size (send_off, send_units), and the rows combine brings back from
+// each rank (back_rows).
+__device__ __forceinline__ void write_send_plan(const MoeDeviceLayoutArgs& a, const int32_t* tok,
+                                                const int32_t* ebase) {
+  if (threadIdx.x != 0) return;
+  int64_t off = 0;
+  for (int r = 0; r < a.world; ++r) {
+    const int64_t units = piece_units(a, tok[r]);
+    a.send_off[r] = off;
+    a.send_units[r] = units;
+    off += units;
+    a.back_rows[r] = ebase[(r + 1) * a.local] - ebase[r * a.local];
+  }
+}
+
 // Column i of a [warps][n] table of counters becomes each warp's start (the exclusive prefix over
 // the warps before it); returns the column's total.
 __device__ __forceinline__ int32_t starts_over_warps(int32_t* table, int warps, int n, int i) {
@@ -343,16 +365,7 @@ __global__ void __launch_bounds__(kRouteThreads) layout_route_kernel(const MoeDe
   if (w == 0) warp_prefix(ehist, ebase, a.experts, lane);
   __syncthreads();
   for (int e = tid; e < a.experts; e += nt) a.ebase[e] = ebase[e];
-  if (tid == 0) {
-    int64_t off = 0;
-    for (int r = 0; r < a.world; ++r) {
-      const int64_t units = (a.cb + static_cast<int64_t>(tok[r]) * a.pack) / 4;
-      a.send_off[r] = off;
-      a.send_units[r] = units;
-      off += units;
-      a.back_rows[r] = ebase[(r + 1) * a.local] - ebase[r * a.local];
-    }
-  }
+  write_send_plan(a, tok, ebase);
   for (int64_t i = tid; i < n; i += nt) {
     const int e = expert_at(a, i);
     a.slot_row[i] = e < 0 ? -1 : ebase[e] + a.slot_idx[i];
@@ -571,17 +584,8 @@ __device__ __forceinline__ void fused_counts(const MoeDeviceLayoutArgs& a, bool 
     a.hist[e] = hist[e];
     a.ebase[e] = ebase[e];
   }
-  if (tid == 0) {
-    int64_t off = 0;
-    for (int r = 0; r < a.world; ++r) {
-      const int64_t units = (a.cb + static_cast<int64_t>(tok[r]) * a.pack) / 4;
-      a.tok_count[r] = tok[r];
-      a.send_off[r] = off;
-      a.send_units[r] = units;
-      off += units;
-      a.back_rows[r] = ebase[(r + 1) * a.local] - ebase[r * a.local];
-    }
-  }
+  for (int r = tid; r < a.world; r += nt) a.tok_count[r] = tok[r];
+  write_send_plan(a, tok, ebase);
   __syncthreads();  // send_off, which piece_for reads for the send pack
   write_count_blocks(
       a, direct, area, [&](int r) { return tok[r]; }, [&](int64_t e) { return hist[e]; },
@@ -645,8 +649,7 @@ __device__ __forceinline__ void fused_token(const LayoutParams& p, bool direct, 
   for (int r = 0; r < a.world; ++r) {
     if (((m >> r) & 1u) == 0) continue;
     int64_t units = 0;  // where piece r starts in the send pack (the route kernel's send_off)
-    for (int q = 0; q < r && !direct; ++q)
-      units += (a.cb + static_cast<int64_t>(total[q]) * a.pack) / 4;
+    for (int q = 0; q < r && !direct; ++q) units += piece_units(a, total[q]);
     char* piece = direct ? piece_for(a, r, true, area) : a.send + units * 4;
     pack_token(
         p, piece, t, r, before[r], [&](int j) { return ej[j]; }, [&](int j) { return same[j]; });
