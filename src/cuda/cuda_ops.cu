@@ -837,51 +837,52 @@ std::optional<int64_t> tuned(const Call& c, const char* key) {
   return symmem::tuning::lookup("cuda", key, c.world, sig);
 }
 
+// The tuning file's `key` for this machine and c.world ranks, kept by the caller (one
+// thread_local TunedEntry per key) until the world size or tuning::generation() moves:
+// tuning::lookup takes a lock, and symmem-tune moves the generation with each override it
+// measures. The cuda twin of tuning::host_value.
+struct TunedEntry {
+  explicit TunedEntry(const char* k) : key(k) {}
+  const char* key;
+  uint64_t gen = ~uint64_t{0};
+  int world = -1;
+  std::optional<int64_t> value;
+};
+
+std::optional<int64_t> tuned_entry(const Call& c, TunedEntry& e) {
+  const uint64_t gen = symmem::tuning::generation();
+  if (e.gen != gen || e.world != c.world) {
+    e.value = tuned(c, e.key);
+    e.gen = gen;
+    e.world = c.world;
+  }
+  return e.value;
+}
+
 // The LL crossover of Algo::automatic: SYMMEM_GPU_LL_MAX_BYTES, else the tuning file's entry
-// for this machine (symmem-tune), else the built-in table (NOTE [all-reduce tuning]). Cached per
-// world size: a process's groups of one size are taken to share GPUs alike.
+// for this machine (symmem-tune), else the built-in table (NOTE [all-reduce tuning]). A
+// process's groups of one size are taken to share GPUs alike.
 size_t ll_threshold(const Call& c) {
   static const int64_t forced = symmem::env::gpu_ll_max_bytes().value_or(-1);
   if (forced >= 0) return static_cast<size_t>(forced);
-  constexpr int kCached = 256;
-  static std::atomic<int64_t> cache[kCached];  // the answer + 1; 0: not looked up yet
-  const int world = c.world;
-  if (world < kCached) {
-    const int64_t v = cache[world].load(std::memory_order_relaxed);
-    if (v > 0) return static_cast<size_t>(v - 1);
-  }
-  int64_t v = static_cast<int64_t>(builtin_ll_threshold(world));
-  if (auto e = tuned(c, "ll_max_bytes"); e && *e >= 0) v = *e;
-  if (world < kCached) cache[world].store(v + 1, std::memory_order_relaxed);
-  return static_cast<size_t>(v);
+  thread_local TunedEntry e("ll_max_bytes");
+  const auto v = tuned_entry(c, e);
+  return v && *v >= 0 ? static_cast<size_t>(*v) : builtin_ll_threshold(c.world);
 }
 
 // The two-shot all_reduce's blocks per SM share for a message of `bytes` (NOTE [two-shot
 // blocks] in kernels/tuning.hpp): SYMMEM_GPU_BLOCKS_PER_SM decides every kernel when set (it is
 // in c.max_blocks already); else the tuning file's "two_shot.blocks_per_sm" for this world size
-// from "two_shot.blocks_min_bytes" up; else c.max_blocks (kBlocksPerSm). Looked up again when
-// tuning::generation() moves (symmem-tune sets overrides while it measures).
+// from "two_shot.blocks_min_bytes" up; else c.max_blocks (kBlocksPerSm).
 int two_shot_max_blocks(const Call& c, size_t bytes) {
   static const bool forced = symmem::env::gpu_blocks_per_sm().has_value();
   if (forced) return c.max_blocks;
-  struct Tuned {
-    uint64_t gen = ~uint64_t{0};
-    int world = -1;
-    int64_t per_sm = 0, min_bytes = 0;  // per_sm 0: no entry
-  };
-  thread_local Tuned t;
-  const uint64_t gen = symmem::tuning::generation();
-  if (t.gen != gen || t.world != c.world) {
-    t = Tuned{gen, c.world, 0, 0};
-    const auto per_sm = tuned(c, "two_shot.blocks_per_sm");
-    if (per_sm && *per_sm >= 1 && *per_sm <= K::kMaxBlocksPerSm) {
-      const auto from = tuned(c, "two_shot.blocks_min_bytes");
-      t.per_sm = *per_sm;
-      t.min_bytes = from && *from >= 0 ? *from : 0;
-    }
-  }
-  if (t.per_sm == 0 || bytes < static_cast<size_t>(t.min_bytes)) return c.max_blocks;
-  return blocks_per_rank(c, static_cast<int>(t.per_sm));
+  thread_local TunedEntry per_sm("two_shot.blocks_per_sm"), from("two_shot.blocks_min_bytes");
+  const auto n = tuned_entry(c, per_sm);
+  if (!n || *n < 1 || *n > K::kMaxBlocksPerSm) return c.max_blocks;
+  const auto min_bytes = tuned_entry(c, from);
+  if (min_bytes && *min_bytes > 0 && bytes < static_cast<size_t>(*min_bytes)) return c.max_blocks;
+  return blocks_per_rank(c, static_cast<int>(*n));
 }
 
 void copy_async(const Call& c, void* dst, const void* src, size_t bytes) {
