@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include "core/float_convert.hpp"
 #include "cuda/cuda_moe.hpp"
 #include "symmem/device/sync.cuh"
+#include "symmem/env.hpp"
 
 namespace symmem::cuda {
 namespace {
@@ -481,6 +483,29 @@ __global__ void __launch_bounds__(kMoeThreads) layout_pack_kernel(const LayoutPa
 // The last block of a grid to get here (a grid-wide count in *done, reset by that block; each
 // block's stores fenced at system scope before it counts) returns true in every thread. All
 // threads call it.
+// NOTE [moe programmatic launch]
+// A direct low-latency dispatch is three kernels in a row on one stream: the put (fused with the
+// route or not), place, unpack. Launched plainly, each waits for the one before to end, flush and
+// retire before the GPU even launches it: a few microseconds per boundary in a graph. place and
+// unpack are launched with programmatic stream serialization (sm_90, SYMMEM_MOE_PDL): the GPU may
+// launch them once every block of the kernel before has called pdl_trigger (or ended), and each
+// calls pdl_wait first, which returns when the kernel before has ended and its memory is visible.
+// So nothing is read early; only the launch overlaps. The triggers are placed so that no block
+// waits early on another process: the put triggers at once (place is one block), place only once
+// every source's signal came (so unpack's blocks, which may fill the SMs, cannot keep a late
+// rank's put off a GPU that ranks share under MPS).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ bool last_block_done(int32_t* done) {
   __shared__ int last;
   __syncthreads();
@@ -518,6 +543,7 @@ __device__ __forceinline__ void finish_put(const DeviceHandle& h, int rank, int 
 // piece of every peer's area of this parity, then finish_put.
 __global__ void __launch_bounds__(kMoeThreads) layout_put_kernel(const LayoutParams p) {
   const MoeDeviceLayoutArgs& a = p.a;
+  pdl_trigger();  // place (NOTE [moe programmatic launch])
   const uint32_t count = *direct_count(a.peers, a.rank);
   pack_pieces(p, true, static_cast<int64_t>(count & 1u) * a.half + a.rank * a.piece);
   finish_put(a.peers, a.rank, a.world, count, a.done, a.parity);
@@ -625,15 +651,16 @@ __device__ __forceinline__ void fused_token(const LayoutParams& p, bool direct, 
       if (lane == 0 && lt != 0) atomicAdd(&below[j], __popc(lt));
     }
   }
+  // The direct put needs only the tokens before t; the send pack also needs every rank's total.
   const int64_t scan = direct ? t : a.tokens;
   for (int64_t b = tid - lane; b < scan; b += nt) {
     const int64_t u = b + lane;
     const uint32_t m = u < scan ? rank_mask(a, u) : 0u;
     for (int r = 0; r < a.world; ++r) {
       const unsigned to = __ballot_sync(0xffffffffu, (m >> r) & 1u);
-      const unsigned early = __ballot_sync(0xffffffffu, ((m >> r) & 1u) && u < t);
+      const unsigned early = direct ? to : __ballot_sync(0xffffffffu, ((m >> r) & 1u) && u < t);
       if (lane == 0 && early != 0) atomicAdd(&before[r], __popc(early));
-      if (lane == 0 && to != 0) atomicAdd(&total[r], __popc(to));
+      if (!direct && lane == 0 && to != 0) atomicAdd(&total[r], __popc(to));
     }
   }
   __syncthreads();
@@ -663,6 +690,7 @@ template <bool kDirect>
 __global__ void __launch_bounds__(kMoeThreads) layout_route_pack_kernel(const LayoutParams p) {
   extern __shared__ int32_t fused_shared[];
   const MoeDeviceLayoutArgs& a = p.a;
+  if (kDirect) pdl_trigger();  // place (NOTE [moe programmatic launch])
   const uint32_t count = kDirect ? *direct_count(a.peers, a.rank) : 0u;
   const int64_t area = static_cast<int64_t>(count & 1u) * a.half + a.rank * a.piece;
   if (blockIdx.x == gridDim.x - 1) {
@@ -688,6 +716,7 @@ __global__ void __launch_bounds__(kRouteThreads) layout_place_kernel(const MoeDe
   int32_t* cnt = got + a.world;                                    // [local][world]
   const int tid = threadIdx.x, nt = blockDim.x;
   const int64_t slab = a.world * a.max_tokens;
+  pdl_wait();  // NOTE [moe programmatic launch]
   if (kDirect) {
     const device::Deadline deadline = device::Deadline::of(a.peers);
     const int64_t area = a.parity[0] * a.half;
@@ -711,6 +740,7 @@ __global__ void __launch_bounds__(kRouteThreads) layout_place_kernel(const MoeDe
     }
   }
   __syncthreads();
+  pdl_trigger();  // unpack: every source has come
   for (int i = tid; i < a.local * a.world; i += nt) {
     const int e = i / a.world, s = i % a.world;
     const auto* block = reinterpret_cast<const int32_t*>(a.recv + off[s] * 4);
@@ -757,6 +787,7 @@ size_t place_shared_bytes(const MoeDeviceLayoutArgs& a) {
 __global__ void __launch_bounds__(kMoeThreads) layout_unpack_kernel(const LayoutParams p) {
   const MoeDeviceLayoutArgs& a = p.a;
   const int64_t slab = a.world * a.max_tokens;
+  pdl_wait();  // NOTE [moe programmatic launch]
   for (int64_t b = blockIdx.x; b < slab; b += gridDim.x) {
     const int64_t s = b / a.max_tokens, i = b % a.max_tokens;
     if (i >= a.recv_tokens[s]) continue;
@@ -827,6 +858,24 @@ __global__ void __launch_bounds__(kRouteThreads)
     (void)device::wait_signal<device::MemOrder::acquire>(a.back_peers, s, 0, deadline);
 }
 
+// Launches kernel<<<grid, block, shared, s>>>(args...), with programmatic stream serialization
+// when `pdl` (NOTE [moe programmatic launch]).
+template <class... Params, class... Args>
+cudaError_t launch_after(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block,
+                         size_t shared, cudaStream_t s, Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t c = {};
+  c.gridDim = grid;
+  c.blockDim = block;
+  c.dynamicSmemBytes = shared;
+  c.stream = s;
+  c.attrs = attr;
+  c.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&c, kernel, std::forward<Args>(args)...);
+}
+
 int64_t grid_of(int64_t n) {
   return n < 1 ? 1 : (n < kMoeMaxBlocks ? n : kMoeMaxBlocks);
 }
@@ -876,8 +925,11 @@ int launch_place_unpack(const MoeDeviceLayoutArgs& a, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   const size_t place_shared = place_shared_bytes(a);
   if (const int e = allow_shared(layout_place_kernel<kDirect>, place_shared); e != 0) return e;
-  layout_place_kernel<kDirect><<<1, kRouteThreads, place_shared, s>>>(a);
-  cudaError_t e = cudaGetLastError();
+  // Only after a direct put, which triggers (NOTE [moe programmatic launch]).
+  static const bool pdl_on = env::moe_pdl();
+  const bool pdl = kDirect && pdl_on;
+  cudaError_t e = launch_after(pdl, layout_place_kernel<kDirect>, dim3(1), dim3(kRouteThreads),
+                               place_shared, s, a);
   if (e != cudaSuccess) return static_cast<int>(e);
   LayoutParams p;
   p.a = a;
@@ -885,8 +937,9 @@ int launch_place_unpack(const MoeDeviceLayoutArgs& a, void* stream) {
   p.w_out_scale = width_of(
       {a.recv + a.header + a.row_bytes, a.pack, a.recv_scales, a.scale_bytes, a.scale_bytes});
   const int64_t slab = static_cast<int64_t>(a.world) * a.max_tokens;
-  layout_unpack_kernel<<<static_cast<unsigned>(grid_of(slab)), kMoeThreads, 0, s>>>(p);
-  return static_cast<int>(cudaGetLastError());
+  e = launch_after(pdl, layout_unpack_kernel, dim3(static_cast<unsigned>(grid_of(slab))),
+                   dim3(kMoeThreads), 0, s, p);
+  return static_cast<int>(e);
 }
 
 // route, then pack (into this rank's send pack) or put (direct: into the peers' areas); with few
