@@ -861,8 +861,8 @@ __global__ void __launch_bounds__(kRouteThreads)
 // Launches kernel<<<grid, block, shared, s>>>(args...), with programmatic stream serialization
 // when `pdl` (NOTE [moe programmatic launch]).
 template <class... Params, class... Args>
-cudaError_t launch_after(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block,
-                         size_t shared, cudaStream_t s, Args&&... args) {
+cudaError_t launch_after(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
+                         cudaStream_t s, Args&&... args) {
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
