@@ -33,6 +33,53 @@ int width_of(const detail::MoeSegment& s) {
   return 1;
 }
 
+// NOTE [moe programmatic launch]
+// A direct low-latency dispatch is three kernels in a row on one stream: the put (fused with the
+// route or not), place, unpack; its combine three too: the put, the wait, the sum. Launched
+// plainly, each waits for the one before to end, flush and retire before the GPU even launches
+// it: a few microseconds per boundary in a graph. The kernels after each put are launched with
+// programmatic stream serialization (sm_90, SYMMEM_MOE_PDL): the GPU may launch them once every
+// block of the kernel before has called pdl_trigger (or ended), and each calls pdl_wait first,
+// which returns when the kernel before has ended and its memory is visible. So nothing is read
+// early; only the launch overlaps. The triggers are placed so that no block waits early on
+// another process: a put triggers at once (the waiting kernel after it is one block), the wait
+// only once every source's signal came (so the blocks after it, which may fill the SMs, cannot
+// keep a late rank's put off a GPU that ranks share under MPS).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Launches kernel<<<grid, block, shared, s>>>(args...), with programmatic stream serialization
+// when `pdl` (NOTE [moe programmatic launch]).
+template <class... Params, class... Args>
+cudaError_t launch_after(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
+                         cudaStream_t s, Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t c = {};
+  c.gridDim = grid;
+  c.blockDim = block;
+  c.dynamicSmemBytes = shared;
+  c.stream = s;
+  c.attrs = attr;
+  c.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&c, kernel, std::forward<Args>(args)...);
+}
+
+bool pdl_enabled() {
+  static const bool on = env::moe_pdl();
+  return on;
+}
+
 struct GatherParams {
   MoeGatherArgs a;
   int width[2] = {1, 1};
@@ -175,6 +222,7 @@ __global__ void __launch_bounds__(kMoeThreads) moe_combine_kernel(const MoeCombi
   auto* w = reinterpret_cast<float*>(moe_shared + 2 * k);
   const int64_t step = static_cast<int64_t>(kVec) * E::kSize;  // bytes per thread and pass
   const int64_t n = a.hidden / kVec;
+  pdl_wait();  // after a direct combine's wait (NOTE [moe programmatic launch])
   const char* rows_at = a.rows_parity == nullptr ? a.rows : a.rows + *a.rows_parity * a.rows_half;
   for (int64_t t = blockIdx.x; t < a.tokens; t += gridDim.x) {
     __syncthreads();  // the previous token's slots are no longer read
@@ -203,16 +251,20 @@ __global__ void __launch_bounds__(kMoeThreads) moe_combine_kernel(const MoeCombi
 }
 
 template <int kDType>
-void launch_combine_of(const MoeCombineArgs& a, unsigned blocks, size_t shared, cudaStream_t s) {
+cudaError_t launch_combine_of(const MoeCombineArgs& a, unsigned blocks, size_t shared,
+                              cudaStream_t s) {
   constexpr int64_t size = kDType == 0 ? 4 : 2;
   const bool vec = (a.hidden * size) % 16 == 0 && a.row_stride % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(a.rows) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
+  // rows_parity: after a direct combine's wait kernel, which triggers.
+  const bool pdl = a.rows_parity != nullptr && pdl_enabled();
   if (vec) {
-    moe_combine_kernel<kDType, 16 / size><<<blocks, kMoeThreads, shared, s>>>(a);
-  } else {
-    moe_combine_kernel<kDType, 1><<<blocks, kMoeThreads, shared, s>>>(a);
+    return launch_after(pdl, moe_combine_kernel<kDType, 16 / size>, dim3(blocks), dim3(kMoeThreads),
+                        shared, s, a);
   }
+  return launch_after(pdl, moe_combine_kernel<kDType, 1>, dim3(blocks), dim3(kMoeThreads), shared,
+                      s, a);
 }
 
 // ---- layouts routed on the device (MoeDeviceLayoutArgs; NOTE [moe device layout] in moe.cpp) ---
@@ -483,29 +535,6 @@ __global__ void __launch_bounds__(kMoeThreads) layout_pack_kernel(const LayoutPa
 // The last block of a grid to get here (a grid-wide count in *done, reset by that block; each
 // block's stores fenced at system scope before it counts) returns true in every thread. All
 // threads call it.
-// NOTE [moe programmatic launch]
-// A direct low-latency dispatch is three kernels in a row on one stream: the put (fused with the
-// route or not), place, unpack. Launched plainly, each waits for the one before to end, flush and
-// retire before the GPU even launches it: a few microseconds per boundary in a graph. place and
-// unpack are launched with programmatic stream serialization (sm_90, SYMMEM_MOE_PDL): the GPU may
-// launch them once every block of the kernel before has called pdl_trigger (or ended), and each
-// calls pdl_wait first, which returns when the kernel before has ended and its memory is visible.
-// So nothing is read early; only the launch overlaps. The triggers are placed so that no block
-// waits early on another process: the put triggers at once (place is one block), place only once
-// every source's signal came (so unpack's blocks, which may fill the SMs, cannot keep a late
-// rank's put off a GPU that ranks share under MPS).
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
 __device__ __forceinline__ bool last_block_done(int32_t* done) {
   __shared__ int last;
   __syncthreads();
@@ -836,6 +865,7 @@ __global__ void __launch_bounds__(kMoeThreads) layout_combine_pack_kernel(const 
 __global__ void __launch_bounds__(kMoeThreads) layout_combine_put_kernel(const LayoutParams p) {
   const MoeDeviceLayoutArgs& a = p.a;
   const int64_t slab = a.world * a.max_tokens;
+  pdl_trigger();  // the wait (NOTE [moe programmatic launch])
   const uint32_t count = *direct_count(a.back_peers, a.rank);
   const int64_t area = static_cast<int64_t>(count & 1u) * a.back_half;
   for (int64_t b = blockIdx.x; b < static_cast<int64_t>(a.world) * a.local; b += gridDim.x) {
@@ -853,27 +883,12 @@ __global__ void __launch_bounds__(kMoeThreads) layout_combine_put_kernel(const L
 // One block: thread s waits for source s's combine signal (acquire; a timeout is recorded).
 __global__ void __launch_bounds__(kRouteThreads)
     layout_combine_wait_kernel(const MoeDeviceLayoutArgs a) {
+  pdl_wait();  // NOTE [moe programmatic launch]
   const device::Deadline deadline = device::Deadline::of(a.back_peers);
   for (int s = threadIdx.x; s < a.world; s += blockDim.x)
     (void)device::wait_signal<device::MemOrder::acquire>(a.back_peers, s, 0, deadline);
-}
-
-// Launches kernel<<<grid, block, shared, s>>>(args...), with programmatic stream serialization
-// when `pdl` (NOTE [moe programmatic launch]).
-template <class... Params, class... Args>
-cudaError_t launch_after(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
-                         cudaStream_t s, Args&&... args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t c = {};
-  c.gridDim = grid;
-  c.blockDim = block;
-  c.dynamicSmemBytes = shared;
-  c.stream = s;
-  c.attrs = attr;
-  c.numAttrs = pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&c, kernel, std::forward<Args>(args)...);
+  __syncthreads();
+  pdl_trigger();  // the sum: every source has come
 }
 
 int64_t grid_of(int64_t n) {
@@ -903,18 +918,14 @@ int launch_moe_combine(const MoeCombineArgs& a, void* stream) {
   const auto g = static_cast<unsigned>(blocks);
   switch (a.dtype) {
     case 0:
-      launch_combine_of<0>(a, g, shared, s);
-      break;
+      return static_cast<int>(launch_combine_of<0>(a, g, shared, s));
     case 2:
-      launch_combine_of<2>(a, g, shared, s);
-      break;
+      return static_cast<int>(launch_combine_of<2>(a, g, shared, s));
     case 3:
-      launch_combine_of<3>(a, g, shared, s);
-      break;
+      return static_cast<int>(launch_combine_of<3>(a, g, shared, s));
     default:
       return static_cast<int>(cudaErrorInvalidValue);
   }
-  return static_cast<int>(cudaGetLastError());
 }
 
 namespace {
@@ -926,8 +937,7 @@ int launch_place_unpack(const MoeDeviceLayoutArgs& a, void* stream) {
   const size_t place_shared = place_shared_bytes(a);
   if (const int e = allow_shared(layout_place_kernel<kDirect>, place_shared); e != 0) return e;
   // Only after a direct put, which triggers (NOTE [moe programmatic launch]).
-  static const bool pdl_on = env::moe_pdl();
-  const bool pdl = kDirect && pdl_on;
+  const bool pdl = kDirect && pdl_enabled();
   cudaError_t e = launch_after(pdl, layout_place_kernel<kDirect>, dim3(1), dim3(kRouteThreads),
                                place_shared, s, a);
   if (e != cudaSuccess) return static_cast<int>(e);
@@ -1015,8 +1025,8 @@ int launch_combine_pack(const MoeDeviceLayoutArgs& a, void* stream) {
   layout_combine_put_kernel<<<grid, kMoeThreads, 0, s>>>(p);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return static_cast<int>(e);
-  layout_combine_wait_kernel<<<1, 32, 0, s>>>(a);
-  return static_cast<int>(cudaGetLastError());
+  return static_cast<int>(
+      launch_after(pdl_enabled(), layout_combine_wait_kernel, dim3(1), dim3(32), 0, s, a));
 }
 
 }  // namespace
