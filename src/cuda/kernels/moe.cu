@@ -36,15 +36,18 @@ int width_of(const detail::MoeSegment& s) {
 // NOTE [moe programmatic launch]
 // A direct low-latency dispatch is three kernels in a row on one stream: the put (fused with the
 // route or not), place, unpack; its combine three too: the put, the wait, the sum. Launched
-// plainly, each waits for the one before to end, flush and retire before the GPU even launches
-// it: a few microseconds per boundary in a graph. The kernels after each put are launched with
-// programmatic stream serialization (sm_90, SYMMEM_MOE_PDL): the GPU may launch them once every
-// block of the kernel before has called pdl_trigger (or ended), and each calls pdl_wait first,
-// which returns when the kernel before has ended and its memory is visible. So nothing is read
-// early; only the launch overlaps. The triggers are placed so that no block waits early on
-// another process: a put triggers at once (the waiting kernel after it is one block), the wait
-// only once every source's signal came (so the blocks after it, which may fill the SMs, cannot
-// keep a late rank's put off a GPU that ranks share under MPS).
+// plainly, each waits for the one before to end, flush and retire before the GPU launches it.
+// With SYMMEM_MOE_PDL=1 the kernels after each put are launched with programmatic stream
+// serialization (sm_90): the GPU may launch them once every block of the kernel before has
+// called pdl_trigger (or ended), and each calls pdl_wait first, which returns when the kernel
+// before has ended and its memory is visible. So nothing is read early; only the launch
+// overlaps. The triggers are placed so that no block waits early on another process: a put
+// triggers at once (the waiting kernel after it is one block), the wait only once every source's
+// signal came (so the blocks after it, which may fill the SMs, cannot keep a late rank's put off
+// a GPU that ranks share under MPS). Off by default: compiled, but not yet run on a GPU, so
+// neither its gain nor its safety under MPS is measured. Without the launch attribute a kernel
+// starts after the one before has ended: pdl_wait has nothing to wait for, and pdl_trigger no
+// dependent to release.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
