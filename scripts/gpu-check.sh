@@ -17,7 +17,7 @@
 # between calls (the build directory is kept), run it in three parts:
 #   GPU_CHECK_ONLY="configure build exports ctest_gpu_cuda example ctest_gpu_suite"
 #   GPU_CHECK_ONLY="ctest_gpu_moe ctest_gpu_other cuda_one_rank"
-#   GPU_CHECK_ONLY="torch_compare symm_mem_compare bench_ trace_ tune_ moe_compare"
+#   GPU_CHECK_ONLY="torch_compare symm_mem_compare bench_ trace_ tune_ moe_compare moe_pdl"
 # Order: configure, build, MPS, ctest_gpu_cuda, example, ctest_gpu_suite, ctest_gpu_moe,
 # ctest_gpu_other, one rank per GPU, torch_compare, symmem-bench (bench_cuda_moe, moe_compare and
 # tune_cuda among them; the budget cuts from the end: raise GPU_CHECK_BUDGET_S or use
@@ -275,6 +275,17 @@ if [ -n "$SYMMEM_RUN" ] && [ -n "$SYMMEM_BENCH" ]; then
       "$ROOT/bench/moe_compare.py" --build "$BUILD" --np 4 --experts 64 --out "$OUT/moe_compare_e64"
     [ -f "$OUT/moe_compare_e64/moe_compare.md" ] &&
       cp "$OUT/moe_compare_e64/moe_compare.md" "$OUT/moe_compare_e64.md"
+    # SYMMEM_MOE_PDL=1 (off by default; NOTE [moe programmatic launch]): the low-latency MoE tests
+    # with it, then the decode dispatch and combine with it off and on, alternated, twice.
+    STEP_DETAIL="SYMMEM_MOE_PDL=1: gpu_moe tests, then moe_compare --tokens 128 off/on x2" \
+      run_step moe_pdl 200 bash -c \
+      "set -e; cd '$BUILD' && SYMMEM_MOE_PDL=1 ctest -L gpu -R '^gpu_moe_np[24]\$' -j1 --output-on-failure
+       for run in 1 2; do for pdl in 0 1; do
+         SYMMEM_MOE_PDL=\$pdl SYMMEM_BUILD_DIR='$BUILD' python3 '$ROOT/bench/moe_compare.py' \
+           --build '$BUILD' --np 4 --experts 64 --tokens 128 --skip-torch \
+           --out '$OUT/moe_pdl/'\$run-\$pdl
+         cp '$OUT/moe_pdl/'\$run-\$pdl/moe_compare.md '$OUT/moe_pdl_'\$run-\$pdl.md
+       done; done"
   fi
   STEP_DETAIL="--op all, fp8 e4m3 and e5m2 (odd sizes), 4 ranks, 1 B..4 MiB" \
     run_step bench_cuda_fp8 90 env SYMMEM_ALLOW_SHARED_GPU=1 SYMMEM_TIMEOUT_MS=30000 bash -c \
