@@ -696,9 +696,7 @@ __device__ __forceinline__ void fused_token(const LayoutParams& p, bool direct, 
     }
   }
   __syncthreads();
-  uint32_t m = 0;
-  for (int j = 0; j < k; ++j)
-    if (ej[j] >= 0) m |= 1u << (ej[j] / a.local);
+  const uint32_t m = rank_mask(a, t);
   for (int r = tid; r < a.world; r += nt)
     a.dest_pos[t * a.world + r] = (m >> r) & 1u ? before[r] : -1;
   for (int j = tid; j < k; j += nt) {
