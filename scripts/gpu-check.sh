@@ -275,11 +275,12 @@ if [ -n "$SYMMEM_RUN" ] && [ -n "$SYMMEM_BENCH" ]; then
       "$ROOT/bench/moe_compare.py" --build "$BUILD" --np 4 --experts 64 --out "$OUT/moe_compare_e64"
     [ -f "$OUT/moe_compare_e64/moe_compare.md" ] &&
       cp "$OUT/moe_compare_e64/moe_compare.md" "$OUT/moe_compare_e64.md"
-    # SYMMEM_MOE_PDL=1 (off by default; NOTE [moe programmatic launch]): the low-latency MoE tests
-    # with it, then the decode dispatch and combine with it off and on, alternated, twice.
-    STEP_DETAIL="SYMMEM_MOE_PDL=1: gpu_moe tests, then moe_compare --tokens 128 off/on x2" \
+    # SYMMEM_MOE_PDL=0 (on by default; NOTE [moe programmatic launch]): the low-latency MoE tests
+    # on the plain-launch path, then the decode dispatch and combine with programmatic launch off
+    # and on, alternated, twice.
+    STEP_DETAIL="SYMMEM_MOE_PDL=0: gpu_moe tests, then moe_compare --tokens 128 off/on x2" \
       run_step moe_pdl 200 bash -c \
-      "set -e; cd '$BUILD' && SYMMEM_MOE_PDL=1 ctest -L gpu -R '^gpu_moe_np[24]\$' -j1 --output-on-failure
+      "set -e; cd '$BUILD' && SYMMEM_MOE_PDL=0 ctest -L gpu -R '^gpu_moe_np[24]\$' -j1 --output-on-failure
        for run in 1 2; do for pdl in 0 1; do
          SYMMEM_MOE_PDL=\$pdl SYMMEM_BUILD_DIR='$BUILD' python3 '$ROOT/bench/moe_compare.py' \
            --build '$BUILD' --np 4 --experts 64 --tokens 128 --skip-torch \

@@ -77,10 +77,10 @@
   X(moe_direct, "SYMMEM_MOE_DIRECT", "bool", "1", "",                                              \
     "Low-latency MoE dispatch and combine routed on the device store their rows straight into "    \
     "the peers' buffers (cuda backend); 0 on any rank: through all_to_all_v (docs/moe.md).")       \
-  X(moe_pdl, "SYMMEM_MOE_PDL", "bool", "0", "",                                                    \
-    "1: direct low-latency MoE dispatch and combine launch the kernels after their put with "      \
-    "programmatic dependent launch (sm_90), so each starts as the one before ends. Off until it "  \
-    "is measured on a GPU (docs/moe.md).")                                                         \
+  X(moe_pdl, "SYMMEM_MOE_PDL", "bool", "1", "",                                                    \
+    "Direct low-latency MoE dispatch and combine launch the kernels after their put with "         \
+    "programmatic dependent launch (sm_90), so each starts as the one before ends; 0: plain "      \
+    "launches (docs/moe.md).")                                                                     \
   X(trace_buffer, "SYMMEM_TRACE_BUFFER", "int", "2000", "0..1000000",                              \
     "Ops each group's flight recorder keeps (a ring of the most recent); 0: record nothing.")      \
   X(trace_device_times, "SYMMEM_TRACE_DEVICE_TIMES", "bool", "1", "",                              \

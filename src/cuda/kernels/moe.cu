@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <utility>
 
@@ -37,17 +38,18 @@ int width_of(const detail::MoeSegment& s) {
 // A direct low-latency dispatch is three kernels in a row on one stream: the put (fused with the
 // route or not), place, unpack; its combine three too: the put, the wait, the sum. Launched
 // plainly, each waits for the one before to end, flush and retire before the GPU launches it.
-// With SYMMEM_MOE_PDL=1 the kernels after each put are launched with programmatic stream
-// serialization (sm_90): the GPU may launch them once every block of the kernel before has
-// called pdl_trigger (or ended), and each calls pdl_wait first, which returns when the kernel
-// before has ended and its memory is visible. So nothing is read early; only the launch
-// overlaps. The triggers are placed so that no block waits early on another process: a put
-// triggers at once (the waiting kernel after it is one block), the wait only once every source's
-// signal came (so the blocks after it, which may fill the SMs, cannot keep a late rank's put off
-// a GPU that ranks share under MPS). Off by default: compiled, but not yet run on a GPU, so
-// neither its gain nor its safety under MPS is measured. Without the launch attribute a kernel
-// starts after the one before has ended: pdl_wait has nothing to wait for, and pdl_trigger no
-// dependent to release.
+// The kernels after each put are launched with programmatic stream serialization (sm_90): the
+// GPU may launch them once every block of the kernel before has called pdl_trigger (or ended),
+// and each calls pdl_wait first, which returns when the kernel before has ended and its memory
+// is visible. So nothing is read early; only the launch overlaps. The triggers are placed so
+// that no block waits early on another process: a put triggers at once (the waiting kernel after
+// it is one block), the wait only once every source's signal came (so the blocks after it, which
+// may fill the SMs, cannot keep a late rank's put off a GPU that ranks share under MPS).
+// On by default where the kernels were compiled for sm_90 or later (pdl_enabled;
+// SYMMEM_MOE_PDL=0 turns it off): on one H200 with 4 ranks under MPS the graph-captured decode
+// dispatch took 72-75 us against 79-80 us without it, and the MoE GPU tests pass both ways
+// (docs/performance.md, MoE). Without the launch attribute a kernel starts after the one before
+// has ended: pdl_wait has nothing to wait for, and pdl_trigger no dependent to release.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -60,8 +62,27 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+// SYMMEM_MOE_PDL, for a kernel compiled for sm_90 or later (its PTX version: one JIT-compiled
+// from older PTX has its griddepcontrol compiled out, so it must not be launched early). Kept
+// per device; every kernel of this file is compiled for the same architectures.
+bool pdl_enabled(const void* kernel) {
+  static const bool on = env::moe_pdl();
+  if (!on) return false;
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int8_t> known[kMaxDevices] = {};  // 0 unknown, 1 yes, -1 no
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return false;
+  int8_t k = known[dev].load(std::memory_order_relaxed);
+  if (k == 0) {
+    cudaFuncAttributes fa = {};
+    k = cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.ptxVersion >= 90 ? 1 : -1;
+    known[dev].store(k, std::memory_order_relaxed);
+  }
+  return k > 0;
+}
+
 // Launches kernel<<<grid, block, shared, s>>>(args...), with programmatic stream serialization
-// when `pdl` (NOTE [moe programmatic launch]).
+// when `pdl` and pdl_enabled (NOTE [moe programmatic launch]).
 template <class... Params, class... Args>
 cudaError_t launch_after(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
                          cudaStream_t s, Args&&... args) {
@@ -74,13 +95,8 @@ cudaError_t launch_after(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 bl
   c.dynamicSmemBytes = shared;
   c.stream = s;
   c.attrs = attr;
-  c.numAttrs = pdl ? 1 : 0;
+  c.numAttrs = pdl && pdl_enabled(reinterpret_cast<const void*>(kernel)) ? 1 : 0;
   return cudaLaunchKernelEx(&c, kernel, std::forward<Args>(args)...);
-}
-
-bool pdl_enabled() {
-  static const bool on = env::moe_pdl();
-  return on;
 }
 
 struct GatherParams {
@@ -261,7 +277,7 @@ cudaError_t launch_combine_of(const MoeCombineArgs& a, unsigned blocks, size_t s
                    reinterpret_cast<uintptr_t>(a.rows) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
   // rows_parity: after a direct combine's wait kernel, which triggers.
-  const bool pdl = a.rows_parity != nullptr && pdl_enabled();
+  const bool pdl = a.rows_parity != nullptr;
   if (vec) {
     return launch_after(pdl, moe_combine_kernel<kDType, 16 / size>, dim3(blocks), dim3(kMoeThreads),
                         shared, s, a);
@@ -938,7 +954,7 @@ int launch_place_unpack(const MoeDeviceLayoutArgs& a, void* stream) {
   const size_t place_shared = place_shared_bytes(a);
   if (const int e = allow_shared(layout_place_kernel<kDirect>, place_shared); e != 0) return e;
   // Only after a direct put, which triggers (NOTE [moe programmatic launch]).
-  const bool pdl = kDirect && pdl_enabled();
+  const bool pdl = kDirect;
   cudaError_t e = launch_after(pdl, layout_place_kernel<kDirect>, dim3(1), dim3(kRouteThreads),
                                place_shared, s, a);
   if (e != cudaSuccess) return static_cast<int>(e);
@@ -1027,7 +1043,7 @@ int launch_combine_pack(const MoeDeviceLayoutArgs& a, void* stream) {
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return static_cast<int>(e);
   return static_cast<int>(
-      launch_after(pdl_enabled(), layout_combine_wait_kernel, dim3(1), dim3(32), 0, s, a));
+      launch_after(true, layout_combine_wait_kernel, dim3(1), dim3(32), 0, s, a));
 }
 
 }  // namespace
