@@ -104,9 +104,17 @@ struct GatherParams {
   int width[2] = {1, 1};
 };
 
-// The block copies `bytes`; each thread has four loads in flight before it stores (a row of
-// 7168 bf16 is 3.5 vectors of 16 bytes per thread: one at a time, a block waits on each).
-template <typename V>
+// The block copies `bytes`. kBatch loads in flight per thread before it stores, and then:
+// - kAll = false: the rest one vector at a time (a row of 7168 bf16 is 3.5 vectors of 16 bytes
+//   per thread, so half the threads copy theirs one by one, each load waiting for the store
+//   before it). Fewer registers, so more blocks fit: what the copies of many rows (the
+//   exchange's gathers, a prefill's thousands of tokens) want.
+// - kAll = true: the last batch too, predicated, so every thread waits on memory once per
+//   batch. For the low-latency dispatch's few rows per block (its put and unpack), where each
+//   block's wait is on the critical path: on one H100 with 4 ranks under MPS, 128 tokens, the
+//   graph-captured dispatch took 77.7-79.8 us against 82.8 (docs/performance.md), while the
+//   same loop in the gathers made the 4096-token fp8 dispatch 15-50% slower.
+template <typename V, bool kAll>
 __device__ __forceinline__ void copy_row(char* dst, const char* src, int64_t bytes) {
   constexpr int kBatch = 4;
   const int64_t n = bytes / static_cast<int64_t>(sizeof(V));
@@ -114,32 +122,35 @@ __device__ __forceinline__ void copy_row(char* dst, const char* src, int64_t byt
   auto* d = reinterpret_cast<V*>(dst);
   const auto* s = reinterpret_cast<const V*>(src);
   int64_t i = threadIdx.x;
-  for (; i + (kBatch - 1) * stride < n; i += kBatch * stride) {
+  for (; kAll ? i < n : i + (kBatch - 1) * stride < n; i += kBatch * stride) {
     V v[kBatch];
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) v[u] = s[i + u * stride];
+    for (int u = 0; u < kBatch; ++u)
+      if (!kAll || i + u * stride < n) v[u] = s[i + u * stride];
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) d[i + u * stride] = v[u];
+    for (int u = 0; u < kBatch; ++u)
+      if (!kAll || i + u * stride < n) d[i + u * stride] = v[u];
   }
   for (; i < n; i += stride) d[i] = s[i];
 }
 
+template <bool kAll = false>
 __device__ __forceinline__ void copy_bytes(char* dst, const char* src, int64_t bytes, int width) {
   switch (width) {
     case 16:
-      copy_row<uint4>(dst, src, bytes);
+      copy_row<uint4, kAll>(dst, src, bytes);
       break;
     case 8:
-      copy_row<uint2>(dst, src, bytes);
+      copy_row<uint2, kAll>(dst, src, bytes);
       break;
     case 4:
-      copy_row<uint32_t>(dst, src, bytes);
+      copy_row<uint32_t, kAll>(dst, src, bytes);
       break;
     case 2:
-      copy_row<uint16_t>(dst, src, bytes);
+      copy_row<uint16_t, kAll>(dst, src, bytes);
       break;
     default:
-      copy_row<uint8_t>(dst, src, bytes);
+      copy_row<uint8_t, kAll>(dst, src, bytes);
       break;
   }
 }
@@ -520,10 +531,10 @@ __device__ __forceinline__ void pack_token(const LayoutParams& p, char* piece, i
     }
     h[j] = v;
   }
-  copy_bytes(dst + a.header, a.x + t * a.row_bytes, a.row_bytes, p.w_row);
+  copy_bytes<true>(dst + a.header, a.x + t * a.row_bytes, a.row_bytes, p.w_row);
   if (a.scale_bytes > 0)
-    copy_bytes(dst + a.header + a.row_bytes, a.x_scales + t * a.scale_bytes, a.scale_bytes,
-               p.w_scale);
+    copy_bytes<true>(dst + a.header + a.row_bytes, a.x_scales + t * a.scale_bytes, a.scale_bytes,
+                     p.w_scale);
 }
 
 // After the route kernel: block 0 writes the count blocks; each token's block writes its pack
@@ -845,10 +856,10 @@ __global__ void __launch_bounds__(kMoeThreads) layout_unpack_kernel(const Layout
       const int64_t row = static_cast<int64_t>(a.base[e * a.world + s]) + h[1 + a.k + j];
       if (row < 0 || row >= slab) continue;  // only when an expert's rows overflow its slab
       const int64_t at = e * slab + row;
-      copy_bytes(a.recv_x + at * a.row_bytes, src + a.header, a.row_bytes, p.w_out_row);
+      copy_bytes<true>(a.recv_x + at * a.row_bytes, src + a.header, a.row_bytes, p.w_out_row);
       if (a.scale_bytes > 0)
-        copy_bytes(a.recv_scales + at * a.scale_bytes, src + a.header + a.row_bytes, a.scale_bytes,
-                   p.w_out_scale);
+        copy_bytes<true>(a.recv_scales + at * a.scale_bytes, src + a.header + a.row_bytes,
+                         a.scale_bytes, p.w_out_scale);
     }
   }
 }
