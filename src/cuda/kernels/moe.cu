@@ -107,8 +107,9 @@ struct GatherParams {
 // The block copies `bytes`. kBatch loads in flight per thread before it stores, and then:
 // - kAll = false: the rest one vector at a time (a row of 7168 bf16 is 3.5 vectors of 16 bytes
 //   per thread, so half the threads copy theirs one by one, each load waiting for the store
-//   before it). Fewer registers, so more blocks fit: what the copies of many rows (the
-//   exchange's gathers, a prefill's thousands of tokens) want.
+//   before it). Fewer registers in the gather kernel (32 against 48 with the predicated loop),
+//   so more blocks fit: what the copies of many rows (the exchange's gathers, a prefill's
+//   thousands of tokens) want.
 // - kAll = true: the last batch too, predicated, so every thread waits on memory once per
 //   batch. For the low-latency dispatch's few rows per block (its put and unpack), where each
 //   block's wait is on the critical path: on one H100 with 4 ranks under MPS, 128 tokens, the
