@@ -132,8 +132,9 @@ __device__ __forceinline__ void copy_row(char* dst, const char* src, int64_t byt
     for (int u = 0; u < kBatch; ++u)
       if (!kAll || i + u * stride < n) d[i + u * stride] = v[u];
   }
-  // The rest, for kAll = false only: with kAll the loop above ends with i >= n.
-  for (; i < n; i += stride) d[i] = s[i];
+  if constexpr (!kAll) {
+    for (; i < n; i += stride) d[i] = s[i];  // the rest; with kAll the loop above ends at n
+  }
 }
 
 template <bool kAll = false>
