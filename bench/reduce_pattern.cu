@@ -34,7 +34,11 @@
 // status 1 when it is not.
 //
 // usage: reduce_pattern [--worlds 2,4] [--sizes B,...] [--blocks-per-sm 1,2] [--variants ...]
-//                       [--iters 20] [--repeats 5]
+//                       [--iters 20] [--repeats 5] [--grid sms|collective]
+// --grid: blocks per rank. sms (the default): the rank's share of the SMs times --blocks-per-sm,
+// at every size. collective: what the two-shot all-reduce launches for that size (one block per
+// 512 threads x 2 units of the rank's shard, at most the sms grid), so that a small size runs
+// the collective's few blocks: 16 per rank for 1 MiB with 4 ranks.
 // Under ncu, profile one launch of one variant, e.g.
 //   ncu --kernel-name regex:pattern --launch-skip 3 --launch-count 1 --section SpeedOfLight
 //       --section MemoryWorkloadAnalysis --section WarpStateStats
@@ -386,6 +390,7 @@ int main(int argc, char** argv) {
       Variant::push_only,   Variant::two_shot_u1,   Variant::two_shot_u4,
       Variant::two_shot_cs, Variant::two_shot_bulk, Variant::two_shot_bulk_st};
   int iters = 20, repeats = 5;
+  bool collective_grid = false;
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
     if (i + 1 >= argc) {
@@ -403,6 +408,13 @@ int main(int argc, char** argv) {
       iters = static_cast<int>(numbers("--iters", v).at(0));
     } else if (f == "--repeats") {
       repeats = static_cast<int>(numbers("--repeats", v).at(0));
+    } else if (f == "--grid") {
+      if (v != "sms" && v != "collective") {
+        std::fprintf(stderr, "reduce_pattern: --grid must be sms or collective, not '%s'\n",
+                     v.c_str());
+        return 2;
+      }
+      collective_grid = v == "collective";
     } else if (f == "--variants") {
       variants.clear();
       for (const std::string& name : split(v)) {
@@ -446,8 +458,14 @@ int main(int argc, char** argv) {
       double copy_tbs = 0;
       for (const long long bps : per_sm) {
         // As the collective launches it: the ranks sharing this GPU share its SMs.
-        const int blocks =
-            static_cast<int>(std::clamp<long long>(sms * bps / world, 1, K::kMaxBlocks));
+        const long long sms_grid = std::clamp<long long>(sms * bps / world, 1, K::kMaxBlocks);
+        // cuda_ops.cu's two-shot: blocks_for(shard units, kThreads x 2 units per thread).
+        const long long shard_units = ((bytes + 15) / 16 + world - 1) / world;
+        const long long per_block = static_cast<long long>(K::kThreads) * 2;
+        const int blocks = static_cast<int>(
+            collective_grid
+                ? std::clamp<long long>((shard_units + per_block - 1) / per_block, 1, sms_grid)
+                : sms_grid);
         for (const Variant v : variants) {
           for (int w = 0; w < 3; ++w) launch_world(static_cast<int>(world), v, a, blocks, s);
           std::vector<float> us;
