@@ -86,6 +86,7 @@ def main():
                 m = metrics.get((r, group_of[id(e)], e["seq"]))
                 if m is None:
                     missing += 1
+                    continue
                 # Host-timed allocations: the line converts one tick difference with the
                 # tick rate fitted when it is written, the dump two absolute times with the rate
                 # fitted at the dump (NOTE [recorder clock]). The two rates differ by a clock
@@ -93,10 +94,11 @@ def main():
                 # 1e-4 early in a run: 12 ns apart on a 5.6 ms allocation was seen on an H100.
                 # Hence 10 ns plus 2e-4 of an allocation's duration. Kernels' times are the
                 # device's own ns in both: 10 ns.
-                elif abs(m["us"] - (dur := (e["end_ns"] - (e["enqueue_ns"] if e["op"] == "alloc"
-                                                            else e["start_ns"])) / 1e3)) > \
-                        0.01 + (2e-4 * dur if e["op"] == "alloc" else 0) or \
-                        m["backend"] != "cuda" or m["op"] != e["op"] or m["bytes"] != e["bytes"]:
+                alloc = e["op"] == "alloc"
+                dur = (e["end_ns"] - (e["enqueue_ns"] if alloc else e["start_ns"])) / 1e3
+                tolerance = 0.01 + (2e-4 * dur if alloc else 0)
+                if abs(m["us"] - dur) > tolerance or m["backend"] != "cuda" or \
+                        m["op"] != e["op"] or m["bytes"] != e["bytes"]:
                     bad.append(f"rank {r} seq {e['seq']}: metrics line {m} does not match the"
                                f" dump's entry {e}")
             print(f"rank {r}: {len(timed) - missing} of {len(timed)} timed GPU entries have"
