@@ -37,8 +37,9 @@
 //                       [--iters 20] [--repeats 5] [--grid sms|collective]
 // --grid: blocks per rank. sms (the default): the rank's share of the SMs times --blocks-per-sm,
 // at every size. collective: what the two-shot all-reduce launches for that size (one block per
-// 512 threads x 2 units of the rank's shard, at most the sms grid), so that a small size runs
-// the collective's few blocks: 16 per rank for 1 MiB with 4 ranks.
+// kThreads x kReduceUnitsPerThread units of the rank's shard, at most the sms grid), so that a
+// small size runs the collective's few blocks: 16 per rank for 1 MiB with 4 ranks.
+//
 // Under ncu, profile one launch of one variant, e.g.
 //   ncu --kernel-name regex:pattern --launch-skip 3 --launch-count 1 --section SpeedOfLight
 //       --section MemoryWorkloadAnalysis --section WarpStateStats
@@ -459,9 +460,9 @@ int main(int argc, char** argv) {
       for (const long long bps : per_sm) {
         // As the collective launches it: the ranks sharing this GPU share its SMs.
         const long long sms_grid = std::clamp<long long>(sms * bps / world, 1, K::kMaxBlocks);
-        // cuda_ops.cu's two-shot: blocks_for(shard units, kThreads x 2 units per thread).
+        // cuda_ops.cu's two-shot: blocks_for(shard units, kThreads x kReduceUnitsPerThread).
         const long long shard_units = ((bytes + 15) / 16 + world - 1) / world;
-        const long long per_block = static_cast<long long>(K::kThreads) * 2;
+        const long long per_block = static_cast<long long>(K::kThreads) * K::kReduceUnitsPerThread;
         const int blocks = static_cast<int>(
             collective_grid
                 ? std::clamp<long long>((shard_units + per_block - 1) / per_block, 1, sms_grid)

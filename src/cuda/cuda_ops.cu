@@ -1034,10 +1034,9 @@ void all_reduce(const Call& c) {
   } else {
     k.direct_out = static_cast<char*>(a.recv);
   }
-  constexpr int64_t kUnitsPerThread = 2;
   const int64_t units = static_cast<int64_t>((bytes + 15) / 16);
   const int64_t per_rank = two_shot ? (units + c.world - 1) / c.world : units;
-  const int blocks = blocks_for(c, per_rank, K::kThreads * kUnitsPerThread,
+  const int blocks = blocks_for(c, per_rank, K::kThreads * K::kReduceUnitsPerThread,
                                 two_shot ? two_shot_max_blocks(c, bytes) : 0);
   symmem::detail::KernelRange range(kernel_name(k.mode), blocks);  // NOTE [nvtx ranges]
   check_launch(c, K::launch_reduce(k, ktype(c).type, blocks, c.stream), "launch_reduce");
@@ -1068,7 +1067,7 @@ void reduce_scatter(const Call& c) {
   }
   k.direct_out = static_cast<char*>(a.recv);
   const int64_t units = static_cast<int64_t>((n + 15) / 16);
-  const int blocks = blocks_for(c, units, K::kThreads * 2);
+  const int blocks = blocks_for(c, units, K::kThreads * K::kReduceUnitsPerThread);
   symmem::detail::KernelRange range(kernel_name(k.mode), blocks);  // NOTE [nvtx ranges]
   check_launch(c, K::launch_reduce(k, ktype(c).type, blocks, c.stream), "launch_reduce");
 }

@@ -53,6 +53,9 @@ namespace symmem::cuda::kernels {
 
 inline constexpr int kThreads = 512;    // threads per block of every collective kernel
 inline constexpr int kMaxBlocks = 256;  // flag rows per rank (blocks of a barrier kernel)
+// 16-byte units per thread that the launch of a barrier reduction (two-shot, one-shot, reduce-
+// scatter) sizes its grid by: blocks = units / (kThreads x this), capped.
+inline constexpr int kReduceUnitsPerThread = 2;
 // Peer pointers passed by value up to this world size; beyond it a device table. Kept small:
 // the kernel parameters (LLArgs 288 bytes, ReduceArgs 368) are part of every launch's cost.
 inline constexpr int kMaxInlinePeers = 8;
