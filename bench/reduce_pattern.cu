@@ -17,6 +17,8 @@
 //                write N x bytes);
 //   two_shot_u1, two_shot_u4: two_shot with 1 or 4 units per thread per step (the kernel's
 //                choice is 2 for N <= 4, 1 for N = 8: kUnitsInFlight in reduce.cu);
+//   two_shot_t1024: two_shot with 1024 threads per block and 1 unit per thread per step, the
+//                shape of torch's two-shot (the same units per block as two_shot's 512 x 2);
 //   two_shot_cs: two_shot with streaming stores (st.global.cs: evict first);
 //   memcpy:      cudaMemcpyAsync of in[r] to out[r] for every r (the driver's copy kernels; not
 //                in the default list);
@@ -71,14 +73,20 @@ enum class Variant : int {
   two_shot_cs = 6,
   memcpy = 7,
   two_shot_bulk = 8,
-  two_shot_bulk_st = 9
+  two_shot_bulk_st = 9,
+  two_shot_t1024 = 10
 };
-const char* const kVariantNames[] = {"copy",          "two_shot",        "reduce_only", "push_only",
-                                     "two_shot_u1",   "two_shot_u4",     "two_shot_cs", "memcpy",
-                                     "two_shot_bulk", "two_shot_bulk_st"};
+const char* const kVariantNames[] = {
+    "copy",        "two_shot", "reduce_only",   "push_only",        "two_shot_u1",   "two_shot_u4",
+    "two_shot_cs", "memcpy",   "two_shot_bulk", "two_shot_bulk_st", "two_shot_t1024"};
 constexpr bool is_two_shot(Variant v) {
   return v == Variant::two_shot || v == Variant::two_shot_u1 || v == Variant::two_shot_u4 ||
-         v == Variant::two_shot_cs || v == Variant::two_shot_bulk || v == Variant::two_shot_bulk_st;
+         v == Variant::two_shot_cs || v == Variant::two_shot_bulk ||
+         v == Variant::two_shot_bulk_st || v == Variant::two_shot_t1024;
+}
+// Threads per block of a variant.
+constexpr int threads_of(Variant v) {
+  return v == Variant::two_shot_t1024 ? 1024 : K::kThreads;
 }
 
 __device__ __forceinline__ void st_v4_cs(void* addr, uint4 v) {
@@ -96,7 +104,8 @@ constexpr K::KType kType = K::KType::bf16;
 
 // Block (b, r): rank r's block b of the variant.
 template <int kN, Variant kV>
-__global__ void __launch_bounds__(K::kThreads, 2) pattern_kernel(const PatternArgs a) {
+__global__ void __launch_bounds__(threads_of(kV), K::kThreads * 2 / threads_of(kV))
+    pattern_kernel(const PatternArgs a) {
   constexpr int64_t kPer = 8;  // bf16 per 16-byte unit
   const int r = static_cast<int>(blockIdx.y);
   const int64_t G = gridDim.x, b = blockIdx.x;
@@ -128,8 +137,8 @@ __global__ void __launch_bounds__(K::kThreads, 2) pattern_kernel(const PatternAr
         for (int p = 0; p < kN; ++p) K::dev::st_v4(K::peer(a.out, p) + u * 16, y);
       }
     };
-    constexpr int kU = kV == Variant::two_shot_u1   ? 1
-                       : kV == Variant::two_shot_u4 ? 4
+    constexpr int kU = kV == Variant::two_shot_u1 || kV == Variant::two_shot_t1024 ? 1
+                       : kV == Variant::two_shot_u4                                ? 4
                                                     : K::kUnitsInFlight<kN>;
     K::reduce_range<kType, kN, kU>(a.in, kN, 0, K::KRed::sum, K::share(units, kN, r, G, b), a.count,
                                    emit, no_elem);
@@ -310,6 +319,9 @@ void launch(Variant v, const PatternArgs& a, int blocks, cudaStream_t s) {
     case Variant::two_shot_cs:
       pattern_kernel<kN, Variant::two_shot_cs><<<grid, K::kThreads, 0, s>>>(a);
       break;
+    case Variant::two_shot_t1024:
+      pattern_kernel<kN, Variant::two_shot_t1024><<<grid, 1024, 0, s>>>(a);
+      break;
     case Variant::two_shot_bulk:
       launch_bulk<kN, false>(a, blocks, s);
       break;
@@ -356,6 +368,7 @@ double moved(Variant v, int world, double bytes) {
     case Variant::two_shot_cs:
     case Variant::two_shot_bulk:
     case Variant::two_shot_bulk_st:
+    case Variant::two_shot_t1024:
       return 2.0 * world * bytes;
     case Variant::reduce_only:
       return (world + 1.0) * bytes;

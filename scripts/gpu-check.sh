@@ -158,20 +158,12 @@ TEST_GPU_CUDA=$(find_exe test_gpu_cuda)
 EXAMPLE=$(find_exe symmem_example_device_kernel)
 
 # ---- MPS ---------------------------------------------------------------------------------------
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
-mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-MPS_UP=0
-stop_mps() {
-  if (( MPS_UP )); then
-    echo quit | timeout 15 nvidia-cuda-mps-control > /dev/null 2>&1
-    MPS_UP=0
-  fi
-}
-trap stop_mps EXIT
-echo quit | timeout 5 nvidia-cuda-mps-control > /dev/null 2>&1  # a daemon left by an earlier run
+# shellcheck source=lib/mps.sh
+source "$ROOT/scripts/lib/mps.sh"  # MPS is left as it was found
+trap mps_leave_as_found EXIT
+mps_quit 5  # a daemon left by an earlier run: the checks start a fresh one
 sleep 1
 if STEP_DETAIL="nvidia-cuda-mps-control -d" run_step mps_start 20 nvidia-cuda-mps-control -d; then
-  MPS_UP=1
   sleep 1
 else
   echo "   MPS did not start: tests still run (correctness), timings mean nothing"
@@ -369,7 +361,8 @@ else
   ROWS+=("bench (symmem-bench)|absent|0|symmem-bench or symmem-run not built")
 fi
 # ---- stop MPS, summary ---------------------------------------------------------------------------
-stop_mps
+mps_leave_as_found
+trap - EXIT
 {
   echo
   echo "== symmem gpu-check summary ($(elapsed)s of ${BUDGET}s budget, GPUs: $NGPU, logs: $OUT)"

@@ -8,9 +8,7 @@
 #   GPU_TESTS_BUDGET_S=420 bash scripts/gpu-tests.sh "$OUT/tests" ops_suite_py_cuda_np2 gpu_recovery_np4
 # A test's ctest TIMEOUT applies, cut to what is left of the budget (a test cut by the budget
 # says so). Logs: OUTDIR/<test>.log (ctest -V: every rank's output) and OUTDIR/summary.txt.
-# It quits the MPS daemon when it ends, one that was running before it included: a script that
-# times several ranks on one GPU after it must start one again (nvidia-cuda-mps-control -d), or
-# its ranks time-slice the GPU (9-18 ms per MoE call on an H100 instead of 0.1 ms).
+# MPS is left as it was found (scripts/lib/mps.sh): a daemon that ran before runs again after.
 # Knobs: GPU_CHECK_BUILD_DIR (default build-gpu), GPU_TESTS_BUDGET_S (default 540).
 # Exit status: 0 when every test passed or skipped, else 1.
 set -u
@@ -24,16 +22,16 @@ BUDGET=${GPU_TESTS_BUDGET_S:-540}
 source "$ROOT/scripts/lib/ctest-rows.sh"
 [ -d "$BUILD" ] || { echo "gpu-tests: no build at $BUILD (run gpu-check.sh's build first)"; exit 1; }
 
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+# shellcheck source=lib/mps.sh
+source "$ROOT/scripts/lib/mps.sh"
 mps_restart() {
-  echo quit | timeout 10 nvidia-cuda-mps-control > /dev/null 2>&1
+  mps_quit
   sleep 1
   nvidia-cuda-mps-control -d > /dev/null 2>&1
   sleep 1
 }
-trap 'echo quit | timeout 10 nvidia-cuda-mps-control > /dev/null 2>&1' EXIT
+trap mps_leave_as_found EXIT
 
 start=$(date +%s)
 failed=0
