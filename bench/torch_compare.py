@@ -18,7 +18,10 @@ the result to every rank: 2 x bytes per rank, all ranks on the same HBM) at ~4.1
 Prints one table and writes <out>/torch_compare.{json,md}.
 
 usage: torch_compare.py [--out DIR (default <build>/torch_compare)] [--quick] [--build DIR (default $SYMMEM_BUILD_DIR or ./build)] [--np 2,4] [--sizes B,...]
-                        [--iters N] [--repeats N] [--skip-torch] [--skip-symmem]
+                        [--iters N] [--repeats N] [--skip-torch] [--skip-symmem] [--warmup S]
+
+Before the first measurement it keeps every GPU busy for --warmup seconds (default 2; 0: none) in
+a child process, so that the first rows are not timed on a GPU that idled during the build.
 """
 
 import argparse
@@ -62,6 +65,29 @@ def human(n):
         if n >= div and n % div == 0:
             return f"{n // div} {unit}"
     return f"{n} B"
+
+
+WARMUP = """
+import sys, time, torch
+for d in range(torch.cuda.device_count()):
+    torch.cuda.set_device(d)
+    a = torch.randn(4096, 4096, device=d, dtype=torch.bfloat16)
+    end = time.time() + float(sys.argv[1]) / torch.cuda.device_count()
+    while time.time() < end:
+        for _ in range(20):
+            a @ a
+        torch.cuda.synchronize()
+"""
+
+
+def warm_up(seconds):
+    """Keeps the GPUs busy for `seconds` (matmuls in a child process, whose context is gone when
+    it exits): clocks that dropped while the GPU idled are up before the first timed row."""
+    if seconds <= 0:
+        return
+    t = time.time()
+    rc = subprocess.run([sys.executable, "-c", WARMUP, str(seconds)], timeout=60 + seconds).returncode
+    print(f"GPU warm-up: {time.time() - t:.1f} s" + ("" if rc == 0 else f" (failed: exit code {rc})"))
 
 
 # ---- torch workers --------------------------------------------------------------------------
@@ -296,6 +322,8 @@ def main():
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-symmem", action="store_true")
     ap.add_argument("--timeout", type=int, default=120, help="seconds per run")
+    ap.add_argument("--warmup", type=float, default=2.0,
+                    help="seconds of GPU work before the first measurement (0: none)")
     args = ap.parse_args()
     if not args.out:
         args.out = os.path.join(args.build, "torch_compare")
@@ -326,6 +354,8 @@ def main():
     mps_note = mps or "(not set: kernels of different processes may time-slice; timings mean nothing)"
     print(f"GPUs: {ngpu}; MPS pipe dir: {mps_note}; sizes {sizes}; iters {iters} x repeats {repeats}")
 
+    if have_torch and ngpu > 0:
+        warm_up(args.warmup)
     results = []
     for world in worlds:
         if not args.skip_symmem:
