@@ -21,7 +21,8 @@ usage: torch_compare.py [--out DIR (default <build>/torch_compare)] [--quick] [-
                         [--iters N] [--repeats N] [--skip-torch] [--skip-symmem] [--warmup S]
 
 Before the first measurement it keeps every GPU busy for --warmup seconds (default 2; 0: none) in
-a child process, so that the first rows are not timed on a GPU that idled during the build.
+a child process, so that the first rows are not timed on a GPU that was idle (after a build they
+ran up to 2x slow).
 """
 
 import argparse
@@ -82,12 +83,18 @@ for d in range(torch.cuda.device_count()):
 
 def warm_up(seconds):
     """Keeps the GPUs busy for `seconds` (matmuls in a child process, whose context is gone when
-    it exits): clocks that dropped while the GPU idled are up before the first timed row."""
+    it exits), so that the first timed row does not meet a GPU that was idle: the first rows
+    after a build ran up to 2x slow without it. A failed warm-up is reported, not fatal."""
     if seconds <= 0:
         return
     t = time.time()
-    rc = subprocess.run([sys.executable, "-c", WARMUP, str(seconds)], timeout=60 + seconds).returncode
-    print(f"GPU warm-up: {time.time() - t:.1f} s" + ("" if rc == 0 else f" (failed: exit code {rc})"))
+    try:
+        rc = subprocess.run([sys.executable, "-c", WARMUP, str(seconds)],
+                            timeout=60 + seconds).returncode
+        how = "" if rc == 0 else f" (failed: exit code {rc})"
+    except subprocess.TimeoutExpired:
+        how = " (cut: it ran past its timeout)"
+    print(f"GPU warm-up: {time.time() - t:.1f} s{how}")
 
 
 # ---- torch workers --------------------------------------------------------------------------
