@@ -294,33 +294,39 @@ __global__ void count_bad_kernel(const __nv_bfloat16* p, int64_t n, float want,
     if (__bfloat162float(p[i]) != want) atomicAdd(bad, 1ull);
 }
 
+// pattern_kernel<kN, kV> with the block size its launch bounds name.
+template <int kN, Variant kV>
+void launch_pattern(const PatternArgs& a, dim3 grid, cudaStream_t s) {
+  pattern_kernel<kN, kV><<<grid, threads_of(kV), 0, s>>>(a);
+}
+
 template <int kN>
 void launch(Variant v, const PatternArgs& a, int blocks, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(blocks), kN);
   switch (v) {
     case Variant::copy:
-      pattern_kernel<kN, Variant::copy><<<grid, K::kThreads, 0, s>>>(a);
+      launch_pattern<kN, Variant::copy>(a, grid, s);
       break;
     case Variant::two_shot:
-      pattern_kernel<kN, Variant::two_shot><<<grid, K::kThreads, 0, s>>>(a);
+      launch_pattern<kN, Variant::two_shot>(a, grid, s);
       break;
     case Variant::reduce_only:
-      pattern_kernel<kN, Variant::reduce_only><<<grid, K::kThreads, 0, s>>>(a);
+      launch_pattern<kN, Variant::reduce_only>(a, grid, s);
       break;
     case Variant::push_only:
-      pattern_kernel<kN, Variant::push_only><<<grid, K::kThreads, 0, s>>>(a);
+      launch_pattern<kN, Variant::push_only>(a, grid, s);
       break;
     case Variant::two_shot_u1:
-      pattern_kernel<kN, Variant::two_shot_u1><<<grid, K::kThreads, 0, s>>>(a);
+      launch_pattern<kN, Variant::two_shot_u1>(a, grid, s);
       break;
     case Variant::two_shot_u4:
-      pattern_kernel<kN, Variant::two_shot_u4><<<grid, K::kThreads, 0, s>>>(a);
+      launch_pattern<kN, Variant::two_shot_u4>(a, grid, s);
       break;
     case Variant::two_shot_cs:
-      pattern_kernel<kN, Variant::two_shot_cs><<<grid, K::kThreads, 0, s>>>(a);
+      launch_pattern<kN, Variant::two_shot_cs>(a, grid, s);
       break;
     case Variant::two_shot_t1024:
-      pattern_kernel<kN, Variant::two_shot_t1024><<<grid, 1024, 0, s>>>(a);
+      launch_pattern<kN, Variant::two_shot_t1024>(a, grid, s);
       break;
     case Variant::two_shot_bulk:
       launch_bulk<kN, false>(a, blocks, s);

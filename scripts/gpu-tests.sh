@@ -25,12 +25,6 @@ source "$ROOT/scripts/lib/ctest-rows.sh"
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 # shellcheck source=lib/mps.sh
 source "$ROOT/scripts/lib/mps.sh"
-mps_restart() {
-  mps_quit
-  sleep 1
-  nvidia-cuda-mps-control -d > /dev/null 2>&1
-  sleep 1
-}
 trap mps_leave_as_found EXIT
 
 start=$(date +%s)

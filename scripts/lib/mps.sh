@@ -16,11 +16,19 @@ mps_quit() {
 MPS_FOUND_UP=0
 pgrep -x nvidia-cuda-mps > /dev/null 2>&1 && MPS_FOUND_UP=1
 
+# mps_restart [SECONDS]: quits the daemon (waiting up to SECONDS), then starts a fresh one.
+mps_restart() {
+  mps_quit "${1:-10}"
+  sleep 1
+  nvidia-cuda-mps-control -d > /dev/null 2>&1
+  sleep 1
+}
+
 # mps_leave_as_found: quits the script's daemon, then starts one again where one was found.
 mps_leave_as_found() {
-  mps_quit 15
   if ((MPS_FOUND_UP)); then
-    sleep 1
-    nvidia-cuda-mps-control -d > /dev/null 2>&1
+    mps_restart 15
+  else
+    mps_quit 15
   fi
 }
